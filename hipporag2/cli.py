@@ -1,0 +1,66 @@
+"""Hydra entry point `hipporag2`: one run of the pipeline from a composed config."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from hipporag2.config import Config, ConfigError, register_configs, validate
+from hipporag2.data.errors import DataError
+
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+log = logging.getLogger("hipporag2")
+
+register_configs()
+
+
+def to_config(dcfg: DictConfig) -> Config:
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, Config)
+    return validate(cfg)
+
+
+def compose(overrides: list[str] | None = None) -> Config:
+    """The Config that `hipporag2 OVERRIDES...` would run, for scripts and tests."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return to_config(hydra_compose(config_name="config", overrides=list(overrides or [])))
+
+
+def format_metrics(metrics: dict, ks=(1, 2, 5, 10, 20)) -> str:
+    head = f"{'dataset':<16}{'method':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
+    row = f"{metrics['dataset']:<16}{metrics['method']:<14}{metrics['n_queries']:>5}" + "".join(
+        f"{metrics.get(f'recall@{k}', float('nan')):>8.1f}" for k in ks
+    )
+    extra = ""
+    if "qa_em" in metrics:
+        extra = f"\nQA: EM {metrics['qa_em']:.1f}  F1 {metrics['qa_f1']:.1f}"
+    return head + "\n" + row + extra
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def _main(dcfg: DictConfig) -> None:
+    from hipporag2.pipeline import run
+
+    try:
+        cfg = to_config(dcfg)
+        metrics = run(cfg)
+    except (ConfigError, DataError) as e:
+        log.error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(format_metrics(metrics))
+    print(f"run directory: {cfg.run_dir}")
+
+
+def main() -> None:
+    _main()
+
+
+if __name__ == "__main__":
+    main()

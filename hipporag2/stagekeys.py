@@ -1,0 +1,45 @@
+"""Cache keys of the stages: a hash of exactly the inputs and settings that change a
+stage's output, so that e.g. a different `damping` never invalidates the index."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+INDEX_FORMAT = 1  # bump when the index layout or graph construction changes
+
+
+def digest(obj: Any) -> str:
+    if is_dataclass(obj):
+        obj = asdict(obj)
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+
+
+def file_digest(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def corpus_digest(passages) -> str:
+    h = hashlib.sha256()
+    for p in passages:
+        h.update(p.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def index_key(corpus_key: str, openie_key: str, encoder_fingerprint: str, graph_cfg) -> str:
+    return digest(
+        {
+            "format": INDEX_FORMAT,
+            "corpus": corpus_key,
+            "openie": openie_key,
+            "encoder": encoder_fingerprint,
+            "graph": asdict(graph_cfg),
+        }
+    )

@@ -1,0 +1,59 @@
+"""SPEC §3 numeric rules: min-max, tie order, phrase and passage seeds."""
+import numpy as np
+import pytest
+
+from hipporag2.retrieve.scoring import min_max, min_max_rows, rank_desc
+from hipporag2.retrieve.seeds import passage_seed_vector, phrase_seeds_from_facts, reset_vector, uniform_phrase_seeds
+
+
+def test_min_max_edge_cases():
+    np.testing.assert_allclose(min_max(np.array([2.0, 4.0, 3.0])), [0, 1, 0.5])
+    np.testing.assert_array_equal(min_max(np.array([3.0, 3.0])), [1.0, 1.0])
+    assert min_max(np.array([])).size == 0
+    rows = min_max_rows(np.array([[1.0, 1.0], [0.0, 2.0]], dtype=np.float32))
+    assert rows.dtype == np.float32
+    np.testing.assert_array_equal(rows, [[1, 1], [0, 1]])
+
+
+def test_rank_desc_ties_go_to_higher_index():
+    assert rank_desc(np.array([0.5, 0.9, 0.5, 0.9])).tolist() == [3, 1, 2, 0]
+    assert rank_desc(np.array([1.0, 2.0, 3.0]), 2).tolist() == [2, 1]
+
+
+PHRASES = {"alice": 0, "bob": 1, "carol": 2, "dave": 3}
+
+
+def test_phrase_seed_is_mean_of_specificity_weighted_fact_scores():
+    facts = [("alice", "knows", "bob"), ("alice", "met", "carol")]
+    passages_per_phrase = [2, 1, 4, 1]
+    seeds = dict(phrase_seeds_from_facts(facts, [1.0, 0.5], PHRASES, passages_per_phrase, top_k=5))
+    assert seeds[0] == pytest.approx((1.0 / 2 + 0.5 / 2) / 2)
+    assert seeds[1] == pytest.approx(1.0)
+    assert seeds[2] == pytest.approx(0.5 / 4)
+    plain = dict(phrase_seeds_from_facts(facts, [1.0, 0.5], PHRASES, passages_per_phrase, 5, node_specificity=False))
+    assert plain[0] == pytest.approx(0.75) and plain[2] == pytest.approx(0.5)
+
+
+def test_phrase_not_a_node_is_skipped_and_zero_passage_count_not_divided():
+    seeds = dict(phrase_seeds_from_facts([("ghost", "r", "dave")], [0.8], PHRASES, [1, 1, 1, 0], top_k=5))
+    assert seeds == {3: pytest.approx(0.8)}
+
+
+def test_top_k_cut_keeps_largest_and_breaks_ties_by_first_appearance():
+    facts = [("alice", "r", "bob"), ("carol", "r", "dave")]
+    seeds = phrase_seeds_from_facts(facts, [1.0, 1.0], PHRASES, [1, 1, 1, 1], top_k=3)
+    assert [i for i, _ in seeds] == [0, 1, 2]
+    seeds = phrase_seeds_from_facts(facts, [0.2, 1.0], PHRASES, [1, 1, 1, 1], top_k=2)
+    assert [i for i, _ in seeds] == [2, 3]
+
+
+def test_uniform_seeds_of_hipporag1():
+    assert uniform_phrase_seeds([0, 2, 0], [2, 1, 4], True) == [(0, 0.5), (2, 0.25)]
+
+
+def test_passage_seeds_weakest_gets_zero_and_top_k_variant():
+    dense = min_max(np.array([0.2, 0.8, 0.5]))
+    np.testing.assert_allclose(passage_seed_vector(dense, 0.05), [0.0, 0.05, 0.025])
+    np.testing.assert_allclose(passage_seed_vector(dense, 0.05, top_k=1), [0.0, 0.05, 0.0])
+    reset = reset_vector(2, [(1, 0.3)], passage_seed_vector(dense, 0.05))
+    np.testing.assert_allclose(reset, [0, 0.3, 0, 0.05, 0.025])
