@@ -1,0 +1,143 @@
+"""Persistent response cache shared by every LLM backend.
+
+LLM calls dominate the cost and the wall time of an indexing run, and at
+temperature 0 a response is a pure function of its inputs, so each one is kept
+in SQLite and reused by later runs, other configurations and other backends
+that serve the same model.  WAL journaling lets one process read while
+another writes, and a busy timeout makes concurrent writers (two workers
+sharing a cache directory) wait for each other instead of failing.  Each
+`put_many` is one transaction, so a crash never leaves half a batch behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+# Bump when the key recipe changes, so that old entries are never misread.
+_KEY_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+def _canonical_schema(json_schema: str) -> object:
+    """Parse the schema so that whitespace or key order never splits the cache."""
+    try:
+        return json.loads(json_schema)
+    except (TypeError, ValueError):
+        return json_schema
+
+
+def cache_key(
+    model_id: str,
+    messages: Sequence[tuple[str, str]],
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    json_schema: str | None = None,
+) -> str:
+    """Hash of everything that can change a response.
+
+    `json_schema` must be passed only when constrained decoding is on: an
+    unconstrained request with a schema attached produces the same text as one
+    without, and should share its entry.
+    """
+    payload = {
+        "v": _KEY_VERSION,
+        "model": model_id,
+        "messages": [[role, content] for role, content in messages],
+        "temperature": float(temperature),
+        "max_new_tokens": int(max_new_tokens),
+        "seed": int(seed),
+        "json_schema": None if json_schema is None else _canonical_schema(json_schema),
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A thread-safe handle on one SQLite cache file."""
+
+    def __init__(self, path: str | Path, busy_timeout_s: float = 120.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection guarded by a lock: simpler than a pool, and SQLite
+        # serialises writers anyway.
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            str(self.path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+        )
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            self._conn.execute(_SCHEMA)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
+        unique = list(dict.fromkeys(keys))
+        found: dict[str, CachedResponse] = {}
+        # Stay well below SQLite's bound-parameter limit.
+        chunk = 500
+        with self._lock:
+            for start in range(0, len(unique), chunk):
+                part = unique[start : start + chunk]
+                marks = ",".join("?" * len(part))
+                rows = self._conn.execute(
+                    f"SELECT key, text, input_tokens, output_tokens FROM responses WHERE key IN ({marks})",
+                    part,
+                ).fetchall()
+                for key, text, n_in, n_out in rows:
+                    found[key] = CachedResponse(text, int(n_in), int(n_out))
+        return found
+
+    def get(self, key: str) -> CachedResponse | None:
+        return self.get_many([key]).get(key)
+
+    def put_many(self, model_id: str, entries: Mapping[str, CachedResponse]) -> None:
+        if not entries:
+            return
+        now = time.time()
+        rows = [(k, model_id, e.text, e.input_tokens, e.output_tokens, now) for k, e in entries.items()]
+        with self._lock:
+            # BEGIN IMMEDIATE takes the write lock up front, so a concurrent
+            # writer waits on busy_timeout rather than failing mid-transaction.
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO responses "
+                    "(key, model_id, text, input_tokens, output_tokens, created) VALUES (?,?,?,?,?,?)",
+                    rows,
+                )
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
