@@ -17,6 +17,21 @@ log = logging.getLogger("hipporag2")
 register_configs()
 
 
+def _short_hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:10]
+
+
+# `${hash:...}` names run directories by the overrides that define a run, so the same
+# command resumes in place and two settings never share a folder.
+if not OmegaConf.has_resolver("hash"):
+    OmegaConf.register_new_resolver("hash", _short_hash)
+# `${resources:demo}` = a folder shipped inside the package, wherever it is installed.
+if not OmegaConf.has_resolver("resources"):
+    OmegaConf.register_new_resolver("resources", lambda name: str(Path(__file__).resolve().parent / "resources" / name))
+
+
 def to_config(dcfg: DictConfig) -> Config:
     cfg = OmegaConf.to_object(dcfg)
     assert isinstance(cfg, Config)

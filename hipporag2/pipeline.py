@@ -13,7 +13,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Tuple
+
+from filelock import FileLock
 
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
@@ -138,16 +140,21 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
-    if index_exists(path):
-        log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
-        with timings.stage("index_load"):
-            return load_index(path)
-    log.info("building index %s", path)
-    with timings.stage("index_build"):
-        index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress)
-        save_index(index, path)
-    log.info("graph: %s", json.dumps(index.stats))
-    return index
+    if not index_exists(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
+        # second waits for the lock and then finds the index.
+        with FileLock(str(path) + ".lock"):
+            if not index_exists(path):
+                log.info("building index %s", path)
+                with timings.stage("index_build"):
+                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress)
+                    save_index(index, path)
+                log.info("graph: %s", json.dumps(index.stats))
+                return index
+    log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
+    with timings.stage("index_load"):
+        return load_index(path)
 
 
 def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings):

@@ -163,7 +163,7 @@ class GraphRetriever:
                 pseeds = (
                     passage_seed_vector(dense[r], cfg.passage_node_weight, cfg.passage_seed_top_k)
                     if self.with_passage_nodes
-                    else None
+                    else np.zeros(idx.n_passages)  # passage vertices stay, unseeded and unlinked
                 )
                 reset = reset_vector(idx.n_phrases, seeds, pseeds)
                 if not seeds or not np.any(reset > 0):

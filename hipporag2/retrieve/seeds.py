@@ -30,11 +30,11 @@ def phrase_seeds_from_facts(
             idx = phrase_index.get(phrase)
             if idx is None:
                 continue
-            w = f
+            w = f  # the division happens in the fact score's dtype (float32), as in the reference
             n = passages_per_phrase[idx]
             if node_specificity and n > 0:
                 w = w / n
-            total[idx] = total.get(idx, 0.0) + w
+            total[idx] = total.get(idx, 0.0) + float(w)  # accumulated in float64
             count[idx] = count.get(idx, 0) + 1
     means = [(idx, total[idx] / count[idx]) for idx in total]  # dict order = first appearance
     means.sort(key=lambda item: -item[1])  # stable: ties keep first appearance
