@@ -43,8 +43,16 @@ def compose(overrides: list[str] | None = None) -> Config:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return to_config(hydra_compose(config_name="config", overrides=list(overrides or [])))
+        dcfg = hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
+        # Set as in a real run, so `${hydra:...}` (the run_dir name) resolves the same way.
+        HydraConfig.instance().set_config(dcfg)
+        with open_dict(dcfg):
+            del dcfg["hydra"]
+        return to_config(dcfg)
 
 
 def format_metrics(metrics: dict, ks=(1, 2, 5, 10, 20)) -> str:
