@@ -26,6 +26,12 @@ class DatasetConfig:
     # Use only the first N queries (None = all); for quick experiments.
     max_queries: Optional[int] = None
     description: str = ""
+    # Continual indexing (hipporag2/continual.py): cut the corpus into this many
+    # contiguous segments and index the first `segments_indexed` (None = all);
+    # evaluate the questions of the indexed segments ("indexed") or "all".
+    corpus_segments: int = 1
+    segments_indexed: Optional[int] = None
+    segment_queries: str = "indexed"
 
 
 @dataclass
