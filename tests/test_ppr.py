@@ -1,0 +1,218 @@
+"""PPR solvers: `batched` must reproduce `prpack` (the reference's igraph call).
+
+Agreement is pinned at L1 < 1e-8 per reset vector and identical passage rankings
+under the retriever's stable-descending tie rule. Rankings are compared with
+`rankings_agree`: ties are read off the prpack scores (neighbours within 1e-12
+relative), because two exact solvers may split an exact tie by one ulp either way.
+"""
+from __future__ import annotations
+
+import igraph as ig
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hipporag2.retrieve.ppr import (
+    SOLVERS,
+    BatchedSolver,
+    PrpackSolver,
+    make_solver,
+    rank_desc_stable,
+    rankings_agree,
+)
+
+DAMPINGS = [0.0, 0.5, 0.85, 0.99]
+
+
+def raw_prpack(g: ig.Graph, reset, d: float) -> np.ndarray:
+    return np.array(
+        g.personalized_pagerank(
+            vertices=range(g.vcount()), damping=d, directed=False, weights="weight",
+            reset=list(reset), implementation="prpack",
+        )
+    )
+
+
+@st.composite
+def graph_case(draw):
+    """A HippoRAG-like graph: phrases then passages, parallel edges, isolated nodes."""
+    big = draw(st.booleans())  # prpack switches from Gaussian elimination to Gauss-Seidel at 128 nodes
+    n_phrase = draw(st.integers(1, 140 if big else 30))
+    n_passage = draw(st.integers(1, 60 if big else 12))
+    n = n_phrase + n_passage
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    m = draw(st.integers(0, 4 * n))
+    pairs = rng.integers(0, n, size=(m, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    dup = pairs[rng.random(len(pairs)) < 0.5]  # each such pair twice, like relation edges
+    edges = np.concatenate([pairs, dup[:, ::-1]]) if len(dup) else pairs
+    weights = rng.choice([1.0, 2.0, 3.0, 0.8, 0.93, 1.0], size=len(edges))
+    isolated = rng.choice(n, size=min(n, draw(st.integers(0, 3))), replace=False)
+    keep = ~(np.isin(edges[:, 0], isolated) | np.isin(edges[:, 1], isolated))
+    g = ig.Graph(n=n, edges=edges[keep].tolist(), directed=False)
+    g.es["weight"] = weights[keep].tolist()
+    kind = draw(st.sampled_from(["sparse", "single", "dense", "isolated"]))
+    q = 3
+    R = np.zeros((q, n))
+    if kind == "sparse":
+        mask = rng.random((q, n)) < 0.2
+        R[mask] = rng.uniform(0.01, 1.0, size=mask.sum())
+        R[:, rng.integers(n)] += 0.5
+    elif kind == "single":
+        R[np.arange(q), rng.integers(0, n, size=q)] = rng.uniform(0.1, 5.0, size=q)
+    elif kind == "dense":  # seed phrases plus weighted dense scores on every passage
+        R[:, :n_phrase] = (rng.random((q, n_phrase)) < 0.1) * rng.uniform(0.2, 1.0, (q, n_phrase))
+        R[:, n_phrase:] = 0.05 * rng.random((q, n_passage))
+        R[:, 0] += 0.1
+    else:  # all mass on isolated nodes, or on one node when there are none
+        R[:, isolated[0] if len(isolated) else 0] = 1.0
+    return g, n_phrase, R
+
+
+def assert_matches(g: ig.Graph, n_phrase: int, R: np.ndarray, d: float, ours: np.ndarray) -> None:
+    for i, r in enumerate(R):
+        ref = raw_prpack(g, r, d)
+        assert np.abs(ours[i] - ref).sum() < 1e-8, (d, i)
+        assert rankings_agree(ref[n_phrase:], ours[i][n_phrase:]), (d, i)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph_case(), st.sampled_from(DAMPINGS))
+def test_batched_matches_prpack(case, d):
+    g, n_phrase, R = case
+    ours = BatchedSolver(g, block_size=2, n_threads=1).solve(R, d)
+    assert ours.shape == R.shape and ours.dtype == np.float64
+    assert np.allclose(ours.sum(axis=1), 1.0)
+    assert (ours >= 0).all()
+    assert_matches(g, n_phrase, R, d, ours)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph_case())
+def test_all_dampings_in_one_krylov_space(case):
+    g, n_phrase, R = case
+    Y = BatchedSolver(g, block_size=2, n_threads=1).solve_unnormalised(R, [0.85, 0.0, 0.5, 0.99, 0.3])
+    for k, d in enumerate([0.85, 0.0, 0.5, 0.99, 0.3]):
+        assert_matches(g, n_phrase, R, d, Y[k] / Y[k].sum(axis=1, keepdims=True))
+
+
+def test_prpack_solver_is_the_raw_igraph_call():
+    rng = np.random.default_rng(3)
+    g = ig.Graph.Erdos_Renyi(n=200, m=600)
+    g.add_edges(g.get_edgelist()[:100])  # parallel edges
+    g.add_vertices(3)  # isolated
+    g.es["weight"] = rng.uniform(0.5, 2.0, g.ecount()).tolist()
+    R = rng.random((4, g.vcount()))
+    R[1, 5] = np.nan  # the reference zeroes NaN and negative entries before the call
+    R[2, 7] = -1.0
+    got = PrpackSolver(g).solve(R, 0.5)
+    for i, r in enumerate(R):
+        want = raw_prpack(g, np.where(np.isnan(r) | (r < 0), 0.0, r), 0.5)
+        np.testing.assert_array_equal(got[i], want)
+
+
+def test_semantics_found_in_prpack():
+    """Each rule BatchedSolver relies on, observed on igraph itself."""
+    g = ig.Graph(n=6, edges=[(0, 1), (1, 0), (1, 2), (3, 4), (4, 4), (2, 3)], directed=False)
+    g.es["weight"] = [1.0, 2.0, 0.5, 0.0, 1.5, -1.0]  # zero and negative weights: edges ignored
+    reset = np.array([1.0, 0.0, 0.0, 0.0, 3.0, 2.0])  # node 5 is isolated: dangling
+    for d in DAMPINGS:
+        ref = raw_prpack(g, reset, d)
+        # x = normalise((I - d W D^-1)^-1 u): parallel edges add, self-loop twice, u = reset / sum
+        W = np.zeros((6, 6))
+        W[0, 1] = W[1, 0] = 3.0
+        W[1, 2] = W[2, 1] = 0.5
+        W[4, 4] = 3.0
+        deg = W.sum(axis=0)
+        A = np.divide(W, deg, out=np.zeros_like(W), where=deg > 0)
+        y = np.linalg.solve(np.eye(6) - d * A, reset / reset.sum())
+        np.testing.assert_allclose(ref, y / y.sum(), atol=1e-13)
+        np.testing.assert_allclose(BatchedSolver(g).solve(reset, d)[0], ref, atol=1e-12)
+
+
+def test_errors_where_igraph_errors():
+    g = ig.Graph(n=4, edges=[(0, 1), (1, 2)])
+    g.es["weight"] = [1.0, 1.0]
+    s = BatchedSolver(g)
+    zero = np.array([0.0, -1.0, np.nan, 0.0])  # all zero once cleaned
+    with pytest.raises(Exception):
+        PrpackSolver(g).solve(zero, 0.5)
+    with pytest.raises(ValueError, match="sum to zero"):
+        s.solve(np.stack([np.ones(4), zero]), 0.5)
+    with pytest.raises(ValueError, match="damping"):
+        s.solve(np.ones(4), 1.0)
+    with pytest.raises(ValueError, match="damping"):
+        s.solve(np.ones(4), -0.1)
+    with pytest.raises(ValueError, match="finite"):
+        s.solve(np.array([1.0, np.inf, 0, 0]), 0.5)
+    with pytest.raises(ValueError, match="shape"):
+        s.solve(np.ones(5), 0.5)
+    g.es["weight"] = [1.0, np.nan]
+    with pytest.raises(ValueError, match="NaN"):
+        BatchedSolver(g)
+    # a zero row is fine where PPR is not taken: y = 0
+    assert not BatchedSolver(ig.Graph(n=4, edges=[(0, 1)])).solve_unnormalised(np.zeros(4), [0.5]).any()
+
+
+def test_edge_cases():
+    # no edges at all, unweighted graph, single node, mass on one node
+    g = ig.Graph(n=3)
+    np.testing.assert_allclose(BatchedSolver(g).solve([[1.0, 1.0, 2.0]], 0.5), [[0.25, 0.25, 0.5]])
+    g = ig.Graph(n=1)
+    assert BatchedSolver(g).solve([[2.0]], 0.85).tolist() == [[1.0]]
+    g = ig.Graph.Ring(50)  # no "weight" attribute: prpack runs unweighted, so do we
+    r = np.zeros(50)
+    r[3] = 1.0
+    np.testing.assert_allclose(
+        BatchedSolver(g).solve(r, 0.85)[0], PrpackSolver(g).solve(r, 0.85)[0], atol=1e-12
+    )
+    # empty query block
+    assert BatchedSolver(g).solve(np.zeros((0, 50)), 0.5).shape == (0, 50)
+
+
+def test_linearity_gives_the_passage_weight_sweep():
+    from benchmarks.synthetic_graph import make_graph, make_queries
+
+    sg = make_graph(scale=0.01, seed=5)
+    qs = make_queries(sg, 6, seed=2)
+    solver = BatchedSolver(sg.graph, block_size=4, n_threads=2)
+    phrase, passage = qs.resets(0.0), qs.resets(1.0) - qs.resets(0.0)
+    Y = solver.solve_unnormalised(np.concatenate([phrase, passage]), [0.5, 0.3])
+    for k, d in enumerate([0.5, 0.3]):
+        for pnw in [0.01, 0.3]:
+            y = Y[k, :6] + pnw * Y[k, 6:]
+            x = y / y.sum(axis=1, keepdims=True)
+            ref = PrpackSolver(sg.graph).solve(qs.resets(pnw), d)
+            assert np.abs(x - ref).sum(axis=1).max() < 1e-8
+            for i in range(6):
+                assert rankings_agree(ref[i, sg.n_phrase :], x[i, sg.n_phrase :], k=200)
+
+
+def test_threads_kernel_fallback_and_registry():
+    from benchmarks.synthetic_graph import make_graph, make_queries
+
+    sg = make_graph(scale=0.01, seed=1)
+    R = make_queries(sg, 9, seed=4).resets(0.05)
+    one = BatchedSolver(sg.graph, block_size=4, n_threads=1).solve(R, 0.5)
+    two = BatchedSolver(sg.graph, block_size=4, n_threads=2).solve(R, 0.5)
+    np.testing.assert_array_equal(one, two)
+    plain = BatchedSolver(sg.graph, block_size=4, n_threads=1)
+    plain.op._kernel = None  # scipy's public product instead of the panel kernel
+    assert np.abs(plain.solve(R, 0.5) - one).sum(axis=1).max() < 1e-11
+    assert isinstance(make_solver("batched", sg.graph), BatchedSolver)
+    assert set(SOLVERS) >= {"prpack", "batched"}
+    with pytest.raises(ValueError, match="not a known PPR solver"):
+        make_solver("nope", sg.graph)
+
+
+def test_rankings_agree_rule():
+    ref = np.array([0.3, 0.1, 0.3, 0.2])
+    assert rank_desc_stable(ref).tolist() == [2, 0, 3, 1]  # tie: higher index first
+    assert rankings_agree(ref, ref.copy())
+    # an exact tie split by one ulp either way still agrees
+    assert rankings_agree(ref, np.array([0.3, 0.1, np.nextafter(0.3, 1), 0.2]))
+    assert rankings_agree(ref, np.array([np.nextafter(0.3, 1), 0.1, 0.3, 0.2]))
+    assert not rankings_agree(ref, np.array([0.3, 0.2, 0.3, 0.1]))
+    assert rankings_agree(ref, np.array([0.3, 0.2, 0.3, 0.1]), k=2)
