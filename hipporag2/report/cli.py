@@ -1,0 +1,123 @@
+"""`hipporag2-report`: paper-layout tables, plots and score checks from run directories.
+
+    hipporag2-report runs/table4_ablations                     # table(s) to stdout
+    hipporag2-report runs/musique_train/grid --out results/musique_train --name grid
+    hipporag2-report --check runs/musique_train/**             # OK / OKish / FAIL, exit 1 on FAIL
+
+Runs are folders with a metrics.json (searched recursively under each argument;
+globs allowed). Exit codes: 0 fine, 1 a check failed, 2 usage or data problem.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from hipporag2.report.reference import FAIL, OK, OKISH, Reference, check_run, default_references, load_reference, worst
+from hipporag2.report.runs import Run, load_runs
+from hipporag2.report.tables import KINDS, Context, auto_kind, build
+
+
+def mixed_data(runs: Sequence[Run]) -> List[str]:
+    """Datasets whose runs read different files (by content hash)."""
+    problems = []
+    by_ds: Dict[str, Dict[str, Dict[str, List[str]]]] = {}
+    for r in runs:
+        for name, h in r.data_hashes.items():
+            by_ds.setdefault(r.dataset, {}).setdefault(name, {}).setdefault(h, []).append(str(r.path))
+    for ds, files in by_ds.items():
+        for name, hashes in files.items():
+            if len(hashes) > 1:
+                detail = "; ".join(f"{h}: {len(p)} run(s), e.g. {p[0]}" for h, p in hashes.items())
+                problems.append(f"dataset {ds}: {name} differs between runs ({detail})")
+    return problems
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hipporag2-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", help="run folders, parent folders or globs")
+    p.add_argument("--table", default="auto", choices=("auto",) + KINDS, help="layout (auto: from each run's +experiment)")
+    p.add_argument("--name", help="base name of the output files (default: the experiment or layout)")
+    p.add_argument("--out", type=Path, help="write NAME.md, NAME.csv and plots here")
+    p.add_argument("--baseline", action="append", default=[], help="extra runs used only as dense baselines for significance")
+    p.add_argument("--allow-mixed-data", action="store_true", help="put runs side by side even if their data files differ")
+    p.add_argument("--check", action="store_true", help="compare each run with the expected scores; exit 1 on FAIL")
+    p.add_argument("--paper", type=Path, help="paper numbers (default results/reference/paper.yaml)")
+    p.add_argument("--reference", type=Path, action="append", help="our expected numbers (default results/reference/*.yaml but paper)")
+    p.add_argument("--strict-paper", action="store_true", help="show paper numbers only where the run's condition is the paper's")
+    p.add_argument("--bootstrap", type=int, default=10000, help="bootstrap resamples (default 10000)")
+    return p
+
+
+def _references(args) -> tuple[Optional[Reference], List[Reference]]:
+    paper, ours = default_references()
+    if args.paper:
+        paper = load_reference(args.paper)
+    if args.reference:
+        ours = [load_reference(p) for p in args.reference]
+    return paper, ours
+
+
+def run_check(runs: Sequence[Run], refs: Sequence[Reference], out=None) -> int:
+    out = out or sys.stdout
+    failed = 0
+    counts = {OK: 0, OKISH: 0, FAIL: 0, "no reference": 0}
+    for r in runs:
+        lines = check_run(r, list(refs))
+        status = worst([line.status for line in lines]) or "no reference"
+        counts[status] += 1
+        failed += status == FAIL
+        print(f"{status:<12} {r.path}", file=out)
+        for line in lines:
+            ours = "missing" if line.ours is None else f"{line.ours:g}"
+            why = f"  ({line.why})" if line.why else ""
+            print(f"    {line.status:<6} {line.metric:<22} ours {ours:<10} expected {line.expected:g}  [{line.source}]{why}", file=out)
+    print(f"{len(runs)} runs: " + ", ".join(f"{v} {k}" for k, v in counts.items()), file=out)
+    return 1 if failed else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    runs = load_runs(args.runs)
+    if not runs:
+        print(f"error: no run directories (folders with metrics.json) under {' '.join(args.runs)}", file=sys.stderr)
+        return 2
+    paper, ours = _references(args)
+    if args.check:
+        refs = ([paper] if paper else []) + list(ours)
+        return run_check(runs, refs)
+    problems = mixed_data(runs)
+    if problems and not args.allow_mixed_data:
+        print("error: refusing to put runs on different data side by side (use --allow-mixed-data to override):", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        return 2
+    baselines = load_runs(args.baseline) if args.baseline else []
+    ctx = Context(paper=paper, ours=ours, baselines=baselines, loose=not args.strict_paper, bootstrap_samples=args.bootstrap)
+    groups: "OrderedDict[str, List[Run]]" = OrderedDict()
+    if args.table != "auto":
+        groups[args.name or args.table] = runs
+    else:
+        for r in runs:
+            groups.setdefault(r.experiment or "runs", []).append(r)
+        if len(groups) == 1 and args.name:
+            groups = OrderedDict([(args.name, runs)])
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    for name, group in groups.items():
+        kind = args.table if args.table != "auto" else auto_kind(group)
+        table = build(kind, group, ctx, args.out, name=name)
+        md = table.markdown()
+        if problems:
+            md += "\n**Warning**: runs on different data are side by side (--allow-mixed-data):\n" + "\n".join(f"- {p}" for p in problems) + "\n"
+        print(md)
+        if args.out:
+            (args.out / f"{name}.md").write_text(f"<!-- generated by hipporag2-report; do not edit -->\n{md}")
+            (args.out / f"{name}.csv").write_text(table.csv())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Expected scores as data: the paper's numbers and the numbers we publish.
+
+Both files (results/reference/paper.yaml, results/reference/musique_train.yaml) hold
+entries of the same shape:
+
+    - match: {dataset.name: musique, retrieval.name: hipporag2, embedding.name: nv_embed_v2}
+      values: {recall@5: 74.7}
+      tolerance: {ok: 1.0, okish: 3.0}      # optional, else the file's
+      command: ...                          # optional
+      note: ...                             # optional
+
+A run matches an entry when every key of the file's `defaults_match` overlaid with
+the entry's `match` equals the run's resolved setting (numbers compared as numbers;
+"*" matches anything; a key the run lacks does not match). A loose match pretends the
+run's settings in `loose_as` (e.g. the paper's encoder and LLM) and lets our dataset
+stand for the paper's ones in `dataset_aliases`, so that the paper's number under its
+own condition can be shown beside a run made under another (marked "~"). `--check`
+uses strict matches of entries without `check: false` only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+from hipporag2.report.runs import Run
+
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
+OK, OKISH, FAIL = "OK", "OKish", "FAIL"
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (a == b and type(a) is type(b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(float(a) - float(b)) < 1e-9
+    if a is None or b is None:
+        return a is None and b is None
+    return str(a) == str(b)
+
+
+@dataclass
+class Entry:
+    match: Dict[str, Any]
+    values: Dict[str, float]
+    tolerance: Dict[str, float]
+    source: str
+    table: Optional[str] = None
+    command: Optional[str] = None
+    note: Optional[str] = None
+    condition: Optional[str] = None
+    data_files: Dict[str, str] = field(default_factory=dict)
+    check: bool = True
+
+
+@dataclass
+class Reference:
+    name: str
+    entries: List[Entry]
+    loose_as: Dict[str, Any] = field(default_factory=dict)
+    dataset_aliases: Dict[str, List[str]] = field(default_factory=dict)
+    condition: str = ""
+    source: str = ""
+
+    def _matches(self, run: Run, entry: Entry, loose: bool, ignore: Sequence[str] = ()) -> bool:
+        for key, want in entry.match.items():
+            if want == "*" or key in ignore:
+                continue
+            if key == "embedding.name" and not run.uses_embedding:
+                continue
+            if loose and key in self.loose_as:
+                have = self.loose_as[key]
+            else:
+                have = run.get(key, _MISSING)
+            if have is _MISSING:
+                return False
+            if key == "dataset.name" and loose:
+                if str(want) in [str(have)] + list(self.dataset_aliases.get(str(have), [])):
+                    continue
+                return False
+            if not _same(have, want):
+                return False
+        return True
+
+    def lookup(
+        self, run: Run, metric: str, loose: bool = False, table: Optional[str] = None, ignore: Sequence[str] = ()
+    ) -> Optional[Tuple[Entry, float, bool]]:
+        """(entry, expected value, is_loose) for a run's metric; strict matches first,
+        then (if `loose`) the paper's condition; the most specific entry wins."""
+        for is_loose in ((False, True) if loose else (False,)):
+            best = None
+            for e in self.entries:
+                if table is not None and e.table != table:
+                    continue
+                if metric in e.values and self._matches(run, e, is_loose, ignore):
+                    if best is None or len(e.match) > len(best.match):
+                        best = e
+            if best is not None:
+                return best, float(best.values[metric]), is_loose
+        return None
+
+    def matching(self, run: Run) -> List[Entry]:
+        """Entries that apply to the run under its own condition and are checkable."""
+        return [e for e in self.entries if e.check and self._matches(run, e, False)]
+
+
+_MISSING = object()
+
+
+def load_reference(path: Path | str) -> Reference:
+    path = Path(path)
+    data = yaml.safe_load(path.read_text()) or {}
+    defaults = dict(data.get("defaults_match") or {})
+    tol = dict(data.get("tolerance") or {"ok": 0.1, "okish": 1.0})
+    data_files = dict(data.get("data_files") or {})
+    entries = []
+    for raw in data.get("entries") or []:
+        match = dict(defaults)
+        match.update(raw.get("match") or {})
+        t = dict(tol)
+        t.update(raw.get("tolerance") or {})
+        entries.append(
+            Entry(
+                match=match,
+                values={k: float(v) for k, v in (raw.get("values") or {}).items()},
+                tolerance=t,
+                source=path.name,
+                table=raw.get("table"),
+                command=raw.get("command"),
+                note=raw.get("note"),
+                condition=raw.get("condition") or data.get("condition"),
+                data_files=data_files,
+                check=bool(raw.get("check", True)),
+            )
+        )
+    aliases = {str(k): [str(x) for x in (v if isinstance(v, list) else [v])] for k, v in (data.get("dataset_aliases") or {}).items()}
+    return Reference(
+        name=path.stem,
+        entries=entries,
+        loose_as=dict(data.get("loose_as") or {}),
+        dataset_aliases=aliases,
+        condition=str(data.get("condition") or ""),
+        source=str(data.get("source") or ""),
+    )
+
+
+def default_references() -> Tuple[Optional[Reference], List[Reference]]:
+    """The paper file and our published files, from results/reference/."""
+    paper = None
+    ours = []
+    if REFERENCE_DIR.is_dir():
+        for p in sorted(REFERENCE_DIR.glob("*.yaml")):
+            ref = load_reference(p)
+            if p.stem == "paper":
+                paper = ref
+            else:
+                ours.append(ref)
+    return paper, ours
+
+
+@dataclass
+class CheckLine:
+    metric: str
+    ours: Optional[float]
+    expected: float
+    status: str
+    source: str
+    why: str = ""
+
+
+def status_of(diff: float, tol: Dict[str, float]) -> str:
+    if abs(diff) <= tol.get("ok", 0.1) + 1e-9:
+        return OK
+    if abs(diff) <= tol.get("okish", 1.0) + 1e-9:
+        return OKISH
+    return FAIL
+
+
+def check_run(run: Run, refs: List[Reference]) -> List[CheckLine]:
+    """Every expected number that applies to the run (strict matches only)."""
+    lines: List[CheckLine] = []
+    for ref in refs:
+        for e in ref.matching(run):
+            bad_data = []
+            have = run.data_hashes
+            for name, h in e.data_files.items():
+                if name in have and have[name] != h:
+                    bad_data.append(f"{name} hash {have[name]} != {h}")
+            for metric, want in e.values.items():
+                ours = run.metric(metric)
+                if ours is None and run.graph_stats and metric in run.graph_stats:
+                    ours = float(run.graph_stats[metric])
+                if bad_data:
+                    lines.append(CheckLine(metric, ours, want, FAIL, e.source, "data differ: " + "; ".join(bad_data)))
+                elif ours is None:
+                    lines.append(CheckLine(metric, None, want, FAIL, e.source, "metric missing from the run"))
+                else:
+                    lines.append(CheckLine(metric, ours, want, status_of(ours - want, e.tolerance), e.source))
+    return lines
+
+
+def worst(statuses: List[str]) -> Optional[str]:
+    for s in (FAIL, OKISH, OK):
+        if s in statuses:
+            return s
+    return None

@@ -1,0 +1,175 @@
+"""Run directories as the report sees them: metrics, resolved settings, the command.
+
+A run directory is any folder with a `metrics.json` (written by `hipporag2.pipeline`);
+its `.hydra/` folder gives the composed config, the command-line overrides and the
+working directory the run was started from (relative data paths are relative to it).
+"""
+from __future__ import annotations
+
+import glob
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+import yaml
+
+# Settings that name where things go, not what a run computes.
+NON_SETTINGS = ("run_dir", "cache_dir", "progress", "data_dir", "openie.import_path", "openie.output_path", "dataset.description")
+# Methods that use no embedding model (so the encoder is not part of their identity).
+NO_EMBEDDING_METHODS = ("bm25",)
+
+
+def _flatten(obj: Any, prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = obj
+    return out
+
+
+def _resolve_config(path: Path) -> Dict[str, Any]:
+    """Flattened config; interpolations resolved where possible, else kept as written."""
+    from omegaconf import OmegaConf
+
+    try:  # registers the project's resolvers (${hash:...}, ${resources:...})
+        import hipporag2.cli  # noqa: F401
+    except Exception:  # pragma: no cover - the report still works on literal configs
+        pass
+    cfg = OmegaConf.load(path)
+    raw = _flatten(OmegaConf.to_container(cfg, resolve=False))
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, str) and "${" in value:
+            try:
+                value = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+            except Exception:
+                pass
+        out[key] = value
+    return out
+
+
+@dataclass
+class Run:
+    path: Path
+    metrics: Dict[str, Any]
+    config: Dict[str, Any] = field(default_factory=dict)
+    overrides: List[str] = field(default_factory=list)
+    cwd: Optional[str] = None
+    graph_stats: Optional[Dict[str, Any]] = None
+
+    # --- identity -------------------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.config.get(key, default)
+
+    @property
+    def dataset(self) -> str:
+        return str(self.get("dataset.name", self.metrics.get("dataset", "?")))
+
+    @property
+    def method(self) -> str:
+        return str(self.get("retrieval.name", self.metrics.get("method", "?")))
+
+    @property
+    def embedding(self) -> str:
+        return str(self.get("embedding.name", "?"))
+
+    @property
+    def embedding_model(self) -> str:
+        return str(self.metrics.get("provenance", {}).get("models", {}).get("embedding") or self.get("embedding.model", "?"))
+
+    @property
+    def llm_model(self) -> Optional[str]:
+        m = self.metrics.get("provenance", {}).get("models", {}).get("llm")
+        return m or None
+
+    @property
+    def uses_embedding(self) -> bool:
+        return self.get("retrieval.method", self.method) not in NO_EMBEDDING_METHODS
+
+    @property
+    def experiment(self) -> Optional[str]:
+        for o in self.overrides:
+            key, _, value = o.partition("=")
+            if key.lstrip("+~") == "experiment":
+                return value
+        return None
+
+    # --- data -----------------------------------------------------------------
+    @property
+    def data_files(self) -> Dict[str, str]:
+        """Recorded input files (path as written) -> content hash."""
+        return dict(self.metrics.get("provenance", {}).get("data_files", {}))
+
+    @property
+    def data_hashes(self) -> Dict[str, str]:
+        """Basename -> hash: how two runs' data are compared."""
+        return {Path(p).name: h for p, h in self.data_files.items()}
+
+    def resolve_path(self, p: str) -> Path:
+        path = Path(p)
+        if not path.is_absolute() and self.cwd:
+            path = Path(self.cwd) / path
+        return path
+
+    # --- results --------------------------------------------------------------
+    def metric(self, name: str) -> Optional[float]:
+        v = self.metrics.get(name)
+        return float(v) if isinstance(v, (int, float)) else None
+
+    def rows(self, name: str = "retrieval.jsonl") -> List[Dict[str, Any]]:
+        path = self.path / name
+        if not path.is_file():
+            return []
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The config keys that define what the run computes."""
+        return {k: v for k, v in self.config.items() if not k.startswith(NON_SETTINGS) and not k.startswith("hydra.")}
+
+
+def load_run(path: Path | str) -> Run:
+    path = Path(path)
+    metrics = json.loads((path / "metrics.json").read_text())
+    hydra_dir = path / ".hydra"
+    config: Dict[str, Any] = {}
+    overrides: List[str] = []
+    cwd = None
+    if (hydra_dir / "config.yaml").is_file():
+        config = _resolve_config(hydra_dir / "config.yaml")
+    if (hydra_dir / "overrides.yaml").is_file():
+        overrides = [str(o) for o in (yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or [])]
+    if (hydra_dir / "hydra.yaml").is_file():
+        h = yaml.safe_load((hydra_dir / "hydra.yaml").read_text()) or {}
+        cwd = ((h.get("hydra") or {}).get("runtime") or {}).get("cwd")
+    stats = None
+    if (path / "graph_stats.json").is_file():
+        stats = json.loads((path / "graph_stats.json").read_text())
+    return Run(path=path, metrics=metrics, config=config, overrides=overrides, cwd=cwd, graph_stats=stats)
+
+
+def find_run_dirs(patterns: Iterable[str]) -> List[Path]:
+    """Run folders under the given folders / globs (a folder is searched recursively)."""
+    found: Dict[str, Path] = {}
+    for pattern in patterns:
+        matches = [Path(p) for p in glob.glob(pattern, recursive=True)] or ([Path(pattern)] if Path(pattern).exists() else [])
+        for m in matches:
+            if m.is_file() and m.name == "metrics.json":
+                m = m.parent
+            if not m.is_dir():
+                continue
+            if (m / "metrics.json").is_file():
+                found[str(m.resolve())] = m
+            for sub in m.rglob("metrics.json"):
+                if ".hydra" in sub.parts:
+                    continue
+                found[str(sub.parent.resolve())] = sub.parent
+    return [found[k] for k in sorted(found)]
+
+
+def load_runs(patterns: Iterable[str]) -> List[Run]:
+    return [load_run(p) for p in find_run_dirs(patterns)]
