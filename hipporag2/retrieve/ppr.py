@@ -328,52 +328,60 @@ class BatchedSolver:
         along with a few vector updates each and no extra sparse product
         (multi-shift CG, Jegerlehner 1996). The stopping rule of the module
         docstring applies per damping through ||D^1/2 r_k||_1 = |zeta_k| ||D^1/2 r||_1.
-        Columns that are done for every damping leave the block.
+        A damping whose columns are all done stops being updated (smaller dampings
+        converge first); columns done for every damping leave the block.
         """
         d0 = ds[0]
         K = len(ds)
-        shifts = np.array([d0 / d - 1.0 for d in ds])
+        shifts = [d0 / d - 1.0 for d in ds]
         # _polish's power step shrinks the error by d, so CG may stop that much earlier
         stops = np.array([self.tol * (1.0 - d) / (2.0 * d) for d in ds])
         c = b.shape[1]
         r = b.copy()
         p = b.copy()
-        w = [np.zeros_like(b) for _ in range(K)]
+        w = [np.zeros_like(b) for _ in range(K)]  # None once that damping is frozen
         ps = [None] + [b.copy() for _ in range(1, K)]  # the seed's direction is p
         zeta = np.ones((K, c))
         zeta_prev = np.ones((K, c))
         rr = np.einsum("ij,ij->j", r, r)
         alpha_prev = np.ones(c)
         beta_prev = np.zeros(c)
-        outs = [np.empty_like(b) for _ in range(K)]  # every column is written when it leaves
+        outs = [np.empty_like(b) for _ in range(K)]  # every column is written before the end
         live = np.arange(c)  # columns still iterating, compacted as they finish
         qv = np.empty_like(b)
         ratio_l1 = None  # ||D^1/2 r||_1 / ||r||_2 at the last exact check
         it = since_check = 0
         while True:
             # exact L1 checks cost two passes over the block: predict them from rr
-            if ratio_l1 is not None and it < self.max_iter and since_check < 8:
-                guess = ratio_l1 * np.sqrt(rr)
-                check = bool(np.any(np.all(np.abs(zeta) * guess <= 2 * stops[:, None], axis=0)))
-            else:
-                check = True
+            check = ratio_l1 is None or it >= self.max_iter or since_check >= 8
+            if not check:
+                open_k = [k for k in range(K) if w[k] is not None]
+                guess = np.abs(zeta[open_k]) * (ratio_l1 * np.sqrt(rr))
+                check = bool(np.any(guess <= 2 * stops[open_k, None]))
             if check:
                 since_check = 0
                 l1 = self._l1(r)
                 ratio_l1 = np.divide(l1, np.sqrt(rr), out=np.zeros_like(l1), where=rr > 0)
-                done = np.all(np.abs(zeta) * l1 <= stops[:, None], axis=0)
+                done_k = np.abs(zeta) * l1 <= stops[:, None]  # (K, live)
                 if it >= self.max_iter:
-                    done[:] = True  # _polish reports what is left
+                    done_k[:] = True  # _polish reports what is left
+                for k in range(1, K):
+                    if w[k] is not None and done_k[k].all():
+                        outs[k][:, live] = w[k]
+                        w[k] = ps[k] = None
+                frozen = np.array([x is None for x in w])
+                done = np.all(done_k | frozen[:, None], axis=0)
                 if done.any():
                     for k in range(K):
-                        outs[k][:, live[done]] = w[k][:, done]
+                        if w[k] is not None:
+                            outs[k][:, live[done]] = w[k][:, done]
                     keep = ~done
                     live = live[keep]
                     if len(live) == 0:
                         break
                     r, p, rr, ratio_l1 = r[:, keep], p[:, keep], rr[keep], ratio_l1[keep]
-                    w = [x[:, keep] for x in w]
-                    ps = [None] + [x[:, keep] for x in ps[1:]]
+                    w = [None if x is None else x[:, keep] for x in w]
+                    ps = [None if x is None else x[:, keep] for x in ps]
                     zeta, zeta_prev = zeta[:, keep], zeta_prev[:, keep]
                     alpha_prev, beta_prev = alpha_prev[keep], beta_prev[keep]
                     qv = np.empty_like(r)
@@ -394,10 +402,12 @@ class BatchedSolver:
                 den = alpha * beta_prev * (zp - zk) + zp * alpha_prev * (1.0 + shifts[k] * alpha)
                 zn = np.divide(zk * zp * alpha_prev, den, out=np.zeros_like(zk), where=den != 0)
                 ratio = np.divide(zn, zk, out=np.zeros_like(zk), where=zk != 0)
+                zeta_prev[k], zeta[k] = zk, zn  # zk is a view of zeta[k]: use it no more
+                if w[k] is None:
+                    continue  # zeta still tracked: it is cheap and keeps the check uniform
                 w[k] += np.multiply(ps[k], alpha * ratio, out=tmp)
                 ps[k] *= beta * ratio * ratio
                 ps[k] += np.multiply(r, zn, out=tmp)
-                zeta_prev[k], zeta[k] = zk, zn
             p *= beta
             p += r
             rr = rr_new
