@@ -1,0 +1,242 @@
+"""Fresh OpenIE with an LLM (SPEC §6): one-shot NER, then one-shot triple extraction
+conditioned on the passage and its NER list.
+
+Resumability. Passages are processed in chunks; each chunk is one batched NER call and
+one batched triple call, after which the whole results file is rewritten atomically
+(interchange format, SPEC §1). The file is the checkpoint: on a restart every passage
+already in it is skipped and never sent to the LLM again. (The LLM's own response cache
+additionally keeps answers of a chunk that was interrupted half-way.)
+
+Failures never stop a run:
+- an answer that cannot be parsed counts as a parse failure (per step) and yields an
+  empty list; the passage is still written, because at temperature 0 asking again
+  would give the same answer;
+- a request the LLM layer reports as failed (`ChatResponse.error`) is NOT written, so a
+  later run retries it; this run uses an empty extraction for it and returns a key
+  marked incomplete, so no index built from the gap is mistaken for a complete one.
+
+File location: `cfg.openie.output_path`, or `{cache_dir}/openie/{key}.json` where `key`
+hashes the corpus, the model, the decoding settings and `PROMPT_VERSION`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from filelock import FileLock
+
+from hipporag2.config import Config, ConfigError
+from hipporag2.data.loaders import Corpus
+from hipporag2.llm.base import ChatRequest
+from hipporag2.openie import prompts
+from hipporag2.openie.interchange import Extraction, parse_openie, write_openie
+from hipporag2.openie.parse import parse_entities, parse_triples
+from hipporag2.stagekeys import corpus_digest, digest
+from hipporag2.text import passage_id
+
+log = logging.getLogger("hipporag2.openie")
+
+# Passages per checkpoint. Large enough for a server or vLLM to batch well, small
+# enough that an interruption loses little (and the response cache keeps even that).
+DEFAULT_CHUNK_SIZE = 64
+EXTRACT_FORMAT = 1
+
+
+def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg) -> str:
+    """Hash of everything that changes the extraction of this corpus."""
+    return digest(
+        {
+            "format": EXTRACT_FORMAT,
+            "corpus": corpus_digest(corpus_strings),
+            "model": model_id,
+            "decoding": {
+                "temperature": llm_cfg.temperature,
+                "max_new_tokens": llm_cfg.max_new_tokens,
+                "seed": llm_cfg.seed,
+                "constrained_decoding": llm_cfg.constrained_decoding,
+            },
+            "prompt": prompts.PROMPT_VERSION,
+        }
+    )
+
+
+def default_output_path(cfg: Config, key: str) -> Path:
+    return Path(cfg.cache_dir) / "openie" / f"{key}.json"
+
+
+def _key_file(path: Path) -> Path:
+    return path.with_name(path.name + ".key")
+
+
+def _check_key(path: Path, key: str, explicit: bool) -> None:
+    """An explicit output path may hold another model's extraction: refuse to mix."""
+    kf = _key_file(path)
+    if kf.is_file():
+        old = kf.read_text(encoding="utf-8").strip()
+        if old != key:
+            raise ConfigError(
+                f"openie.output_path={str(path)!r} holds an extraction made with other settings "
+                f"(key {old}, this run {key}: corpus, model, decoding or prompt differ); "
+                "choose another openie.output_path or delete the file to start over"
+            )
+    elif explicit and path.is_file():
+        log.warning("%s has no key file; its entries are reused as the checkpoint of this extraction", path)
+
+
+def _load_checkpoint(path: Path) -> List[Extraction]:
+    if not path.is_file():
+        return []
+    return parse_openie(path)
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.parse_failures_ner = 0
+        self.parse_failures_triples = 0
+        self.repaired = 0
+        self.llm_failures = 0
+        self.reasons: Dict[str, int] = {}
+
+    def note(self, step: str, reason: str) -> None:
+        k = f"{step}:{reason}"
+        self.reasons[k] = self.reasons.get(k, 0) + 1
+
+
+def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bool, counts: _Counts) -> List[Tuple[Extraction, bool]]:
+    """(extraction, complete) per passage; complete=False when an LLM request failed."""
+    ner_schema = prompts.NER_SCHEMA if constrained else None
+    ner_out = llm.generate(
+        [ChatRequest(messages=prompts.ner_messages(p), json_schema=ner_schema) for p in passages],
+        stage="openie_ner",
+        progress=progress,
+    )
+    entities: List[List[str]] = []
+    failed = [False] * len(passages)
+    for i, resp in enumerate(ner_out):
+        if resp.error is not None:
+            failed[i] = True
+            counts.llm_failures += 1
+            entities.append([])
+            continue
+        value, ok, reason = parse_entities(resp.text)
+        if not ok:
+            counts.parse_failures_ner += 1
+            counts.note("ner", reason)
+            value = []
+        elif reason == "truncated":
+            counts.repaired += 1
+        entities.append(value)
+    triple_schema = prompts.TRIPLE_SCHEMA if constrained else None
+    todo = [i for i in range(len(passages)) if not failed[i]]
+    triple_out = llm.generate(
+        [ChatRequest(messages=prompts.triple_messages(passages[i], entities[i]), json_schema=triple_schema) for i in todo],
+        stage="openie_triples",
+        progress=progress,
+    )
+    triples: List[list] = [[] for _ in passages]
+    for i, resp in zip(todo, triple_out):
+        if resp.error is not None:
+            failed[i] = True
+            counts.llm_failures += 1
+            continue
+        value, ok, reason = parse_triples(resp.text)
+        if not ok:
+            counts.parse_failures_triples += 1
+            counts.note("triples", reason)
+            value = []
+        elif reason == "truncated":
+            counts.repaired += 1
+        triples[i] = value
+    return [
+        (Extraction(passage=p, entities=entities[i], triples=triples[i]), not failed[i])
+        for i, p in enumerate(passages)
+    ]
+
+
+def extract_corpus(
+    cfg: Config,
+    corpus: Corpus,
+    llm,
+    report: Dict,
+    *,
+    chunk_size: Optional[int] = None,
+) -> Tuple[Dict[str, Extraction], str]:
+    """Extractions by passage id (every corpus passage), and the key naming them."""
+    strings = corpus.strings
+    key = extraction_key(strings, llm.model_id, cfg.llm)
+    explicit = bool(cfg.openie.output_path)
+    path = Path(cfg.openie.output_path) if explicit else default_output_path(cfg, key)
+    chunk_size = int(chunk_size or getattr(cfg.openie, "chunk_size", None) or DEFAULT_CHUNK_SIZE)
+    if chunk_size < 1:
+        raise ConfigError(f"OpenIE chunk size must be >= 1, got {chunk_size}")
+    constrained = bool(cfg.llm.constrained_decoding)
+    counts = _Counts()
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    # One extractor per file at a time; a second process waits, then finds it done.
+    with FileLock(str(path) + ".lock"):
+        _check_key(path, key, explicit)
+        corpus_ids = [passage_id(s) for s in strings]
+        wanted = set(corpus_ids)
+        done: Dict[str, Extraction] = {}
+        foreign: List[Extraction] = []  # entries of other corpora in a shared file: kept
+        for ex in _load_checkpoint(path):
+            if ex.idx in wanted:
+                done.setdefault(ex.idx, ex)
+            else:
+                foreign.append(ex)
+        todo = [i for i, pid in enumerate(corpus_ids) if pid not in done]
+        resumed = len(done)
+        if resumed:
+            log.info("OpenIE checkpoint %s: %d of %d passages already extracted, %d to go", path, resumed, len(strings), len(todo))
+        else:
+            log.info("OpenIE: extracting %d passages with %s into %s", len(todo), llm.model_id, path)
+        _key_file(path).write_text(key + "\n", encoding="utf-8")
+
+        failed_ids: List[str] = []
+        failed_ex: Dict[str, Extraction] = {}
+        for c0 in range(0, len(todo), chunk_size):
+            chunk = todo[c0 : c0 + chunk_size]
+            results = _extract_chunk(llm, [strings[i] for i in chunk], constrained, cfg.progress, counts)
+            for i, (ex, complete) in zip(chunk, results):
+                if complete:
+                    done[corpus_ids[i]] = ex
+                else:
+                    failed_ids.append(corpus_ids[i])
+                    failed_ex[corpus_ids[i]] = ex
+            ordered = [done[pid] for pid in corpus_ids if pid in done]
+            write_openie(path, ordered + foreign)
+            log.info("OpenIE: %d/%d passages written to %s", len(done), len(strings), path)
+        if not todo and not path.is_file():
+            write_openie(path, foreign)  # empty corpus: still leave a valid file
+
+    by_id: Dict[str, Extraction] = dict(done)
+    for pid in failed_ids:
+        by_id[pid] = Extraction(passage=failed_ex[pid].passage)
+    n_triples = sum(len(ex.triples) for ex in done.values())
+    report.update(
+        openie_source=str(path),
+        openie_passages=len(strings),
+        openie_new_passages=len(todo),
+        openie_resumed_passages=resumed,
+        openie_parse_failures_ner=counts.parse_failures_ner,
+        openie_parse_failures_triples=counts.parse_failures_triples,
+        openie_truncation_repairs=counts.repaired,
+        openie_llm_failures=len(failed_ids),
+        openie_triples=n_triples,
+        openie_passages_without_triples=sum(1 for ex in done.values() if not ex.triples),
+    )
+    if counts.parse_failures_ner or counts.parse_failures_triples:
+        log.warning(
+            "OpenIE: %d NER and %d triple answers could not be parsed (kept as empty lists): %s",
+            counts.parse_failures_ner, counts.parse_failures_triples, json.dumps(counts.reasons, sort_keys=True),
+        )
+    openie_key = "extract-" + key
+    if failed_ids:
+        log.warning(
+            "OpenIE: %d passages failed in the LLM and were not written; rerun to retry them", len(failed_ids)
+        )
+        openie_key += "-incomplete-" + digest(sorted(failed_ids))
+    return by_id, openie_key

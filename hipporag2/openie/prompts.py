@@ -1,0 +1,150 @@
+"""One-shot OpenIE prompts (SPEC §6): NER, then triples conditioned on the NER list.
+
+The wording and the worked example (an invented observatory) are this project's own.
+Answers are JSON objects: `{"named_entities": [...]}` and `{"triples": [[s, p, o], ...]}`.
+
+Changing any text here changes what the model is asked, so `PROMPT_VERSION` must be
+bumped with it: it is part of the OpenIE cache key, and a stale extraction file is
+never reused for a different prompt.
+"""
+from __future__ import annotations
+
+import json
+from typing import Sequence, Tuple
+
+PROMPT_VERSION = "hr2-openie-1"
+
+Messages = Tuple[Tuple[str, str], ...]
+
+
+def _compact(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+# --- the worked example (invented; not from any dataset) ------------------------------
+
+EXAMPLE_PASSAGE = (
+    "Harrowgate Observatory\n"
+    "Harrowgate Observatory is an astronomical observatory on Mount Pellan, above the "
+    "village of Cray Minster. It was founded in 1893 by the astronomer Lucinda Varrow "
+    "and is run today by the University of Easthaven. Its largest instrument, the "
+    "Corrin Refractor, was built by the Dunmore Optical Works."
+)
+
+EXAMPLE_ENTITIES = [
+    "Harrowgate Observatory",
+    "Mount Pellan",
+    "Cray Minster",
+    "1893",
+    "Lucinda Varrow",
+    "University of Easthaven",
+    "Corrin Refractor",
+    "Dunmore Optical Works",
+]
+
+EXAMPLE_TRIPLES = [
+    ["Harrowgate Observatory", "is", "astronomical observatory"],
+    ["Harrowgate Observatory", "located on", "Mount Pellan"],
+    ["Mount Pellan", "rises above", "Cray Minster"],
+    ["Harrowgate Observatory", "founded in", "1893"],
+    ["Harrowgate Observatory", "founded by", "Lucinda Varrow"],
+    ["Lucinda Varrow", "occupation", "astronomer"],
+    ["Harrowgate Observatory", "run by", "University of Easthaven"],
+    ["Harrowgate Observatory", "largest instrument", "Corrin Refractor"],
+    ["Corrin Refractor", "built by", "Dunmore Optical Works"],
+]
+
+# --- NER ------------------------------------------------------------------------------
+
+NER_SYSTEM = (
+    "You find the named entities in a paragraph: people, places, organisations, works, "
+    "events, dates, numbers and other specific names that the paragraph mentions. "
+    "Copy each entity as it is written, list each one once, and add nothing that is not "
+    'in the paragraph. Reply with one JSON object only: {"named_entities": [...]}.'
+)
+
+
+def _passage_block(passage: str) -> str:
+    return f"Paragraph:\n\"\"\"\n{passage}\n\"\"\""
+
+
+def ner_messages(passage: str) -> Messages:
+    return (
+        ("system", NER_SYSTEM),
+        ("user", _passage_block(EXAMPLE_PASSAGE)),
+        ("assistant", _compact({"named_entities": EXAMPLE_ENTITIES})),
+        ("user", _passage_block(passage)),
+    )
+
+
+# --- triples --------------------------------------------------------------------------
+
+TRIPLE_SYSTEM = (
+    "You turn a paragraph into a small knowledge graph. Write down every fact the "
+    "paragraph states as a [subject, relation, object] triple. Subjects and objects "
+    "should be the given named entities wherever possible; write each person, place "
+    "or thing by its full name instead of a pronoun, and keep relations short. "
+    'Reply with one JSON object only: {"triples": [[subject, relation, object], ...]}.'
+)
+
+
+def _triple_user(passage: str, entities: Sequence[str]) -> str:
+    return _passage_block(passage) + "\n\nNamed entities: " + _compact({"named_entities": list(entities)})
+
+
+def triple_messages(passage: str, entities: Sequence[str]) -> Messages:
+    return (
+        ("system", TRIPLE_SYSTEM),
+        ("user", _triple_user(EXAMPLE_PASSAGE, EXAMPLE_ENTITIES)),
+        ("assistant", _compact({"triples": EXAMPLE_TRIPLES})),
+        ("user", _triple_user(passage, entities)),
+    )
+
+
+# --- query NER (HippoRAG v1 linking, SPEC §4) -----------------------------------------
+
+QUERY_NER_SYSTEM = (
+    "You find the named entities in a question: the specific people, places, "
+    "organisations, works, dates and other names it asks about. Copy them as written. "
+    'Reply with one JSON object only: {"named_entities": [...]}.'
+)
+
+EXAMPLE_QUESTION = "Which university runs the observatory that Lucinda Varrow founded on Mount Pellan?"
+EXAMPLE_QUESTION_ENTITIES = ["Lucinda Varrow", "Mount Pellan"]
+
+
+def query_ner_messages(question: str) -> Messages:
+    return (
+        ("system", QUERY_NER_SYSTEM),
+        ("user", f"Question: {EXAMPLE_QUESTION}"),
+        ("assistant", _compact({"named_entities": EXAMPLE_QUESTION_ENTITIES})),
+        ("user", f"Question: {question}"),
+    )
+
+
+# --- JSON schemas for constrained decoding (used only when llm.constrained_decoding) ---
+
+NER_SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {"named_entities": {"type": "array", "items": {"type": "string"}}},
+        "required": ["named_entities"],
+        "additionalProperties": False,
+    },
+    sort_keys=True,
+)
+
+TRIPLE_SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {
+            "triples": {
+                "type": "array",
+                "items": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3},
+            }
+        },
+        "required": ["triples"],
+        "additionalProperties": False,
+    },
+    sort_keys=True,
+)

@@ -1,0 +1,55 @@
+"""Named entities of questions, for NER-to-node linking (HippoRAG v1 and the ablation).
+
+One batched LLM call per batch of questions (stage "query_ner"), one-shot prompt from
+`prompts.py`, answers read leniently by `parse.py`. An unreadable answer gives no
+entities for that question (the retriever then has no phrase seeds for it) and is
+counted in `stats`.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Sequence
+
+from hipporag2.llm.base import ChatRequest
+from hipporag2.openie import prompts
+from hipporag2.openie.parse import parse_entities
+
+log = logging.getLogger("hipporag2.query_ner")
+
+
+class QueryNER:
+    def __init__(self, llm, constrained: bool = False, progress: bool = True, max_new_tokens: int | None = None):
+        self.llm = llm
+        self.constrained = constrained
+        self.progress = progress
+        self.max_new_tokens = max_new_tokens
+        self.stats: Dict[str, int] = {"questions": 0, "parse_failures": 0, "llm_failures": 0, "without_entities": 0}
+
+    def __call__(self, questions: Sequence[str]) -> List[List[str]]:
+        schema = prompts.NER_SCHEMA if self.constrained else None
+        requests = [
+            ChatRequest(messages=prompts.query_ner_messages(q), max_new_tokens=self.max_new_tokens, json_schema=schema)
+            for q in questions
+        ]
+        responses = self.llm.generate(requests, stage="query_ner", progress=self.progress)
+        out: List[List[str]] = []
+        for resp in responses:
+            self.stats["questions"] += 1
+            if resp.error is not None:
+                self.stats["llm_failures"] += 1
+                out.append([])
+                continue
+            value, ok, _ = parse_entities(resp.text)
+            if not ok:
+                self.stats["parse_failures"] += 1
+                value = []
+            if not value:
+                self.stats["without_entities"] += 1
+            out.append(value)
+        if self.stats["parse_failures"] or self.stats["llm_failures"]:
+            log.warning("query NER: %s", self.stats)
+        return out
+
+
+def build_query_ner(cfg, llm) -> QueryNER:
+    return QueryNER(llm, constrained=bool(cfg.llm.constrained_decoding), progress=bool(cfg.progress))

@@ -1,0 +1,101 @@
+"""The reader (SPEC §5): answer each question from its top `qa_top_k` retrieved passages.
+
+One batched LLM call (stage "qa"). The prediction is the text after the LAST `Answer:`
+marker, stripped; when the model wrote no such marker, a case-insensitive `answer:` is
+looked for, and failing that the whole reply is the prediction (counted in
+`qa_no_answer_marker`). EM and token F1 are the max over the gold answers, ×100 with one
+decimal. Per-question rows go to `run_dir/qa.jsonl`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from hipporag2.evaluate.metrics import exact_match, token_f1
+from hipporag2.llm.base import ChatRequest
+from hipporag2.qa import prompts
+
+log = logging.getLogger("hipporag2.qa")
+
+MARKER = "Answer:"
+
+
+def extract_answer(text: str) -> Tuple[str, bool]:
+    """(prediction, marker_found): the text after the last `Answer:` marker."""
+    text = text or ""
+    pos = text.rfind(MARKER)
+    if pos >= 0:
+        return text[pos + len(MARKER) :].strip(), True
+    pos = text.lower().rfind(MARKER.lower())
+    if pos >= 0:
+        return text[pos + len(MARKER) :].strip(), True
+    return text.strip(), False
+
+
+def _write_jsonl(path: Path, rows: Sequence[Dict]) -> None:
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
+    top_k = cfg.qa.qa_top_k
+    contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
+    requests = [
+        ChatRequest(
+            messages=prompts.reader_messages(
+                [(corpus.passages[i].title, corpus.passages[i].text) for i in ctx], q.question
+            )
+        )
+        for q, ctx in zip(queries, contexts)
+    ]
+    responses = llm.generate(requests, stage="qa", progress=bool(cfg.progress))
+    rows, ems, f1s = [], [], []
+    no_marker = failures = 0
+    for q, ctx, resp in zip(queries, contexts, responses):
+        if resp.error is not None:
+            failures += 1
+            prediction, found = "", False
+        else:
+            prediction, found = extract_answer(resp.text)
+            no_marker += 0 if found else 1
+        golds = list(q.gold_answers)
+        em = exact_match(prediction, golds) if golds else 0.0
+        f1 = token_f1(prediction, golds) if golds else 0.0
+        ems.append(em)
+        f1s.append(f1)
+        row = {
+            "id": q.id,
+            "question": q.question,
+            "gold_answers": golds,
+            "prediction": prediction,
+            "raw_output": resp.text,
+            "passages": [corpus.passages[i].title for i in ctx],
+            "corpus_idx": [corpus.passages[i].corpus_idx for i in ctx],
+            "em": em,
+            "f1": round(f1, 4),
+        }
+        if resp.error is not None:
+            row["error"] = resp.error
+        rows.append(row)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(run_dir / "qa.jsonl", rows)
+    n = len(rows)
+    metrics = {
+        "qa_em": round(100.0 * sum(ems) / n, 1) if n else 0.0,
+        "qa_f1": round(100.0 * sum(f1s) / n, 1) if n else 0.0,
+        "qa_n": n,
+        "qa_top_k": top_k,
+        "qa_no_answer_marker": no_marker,
+        "qa_llm_failures": failures,
+        "qa_prompt_version": prompts.PROMPT_VERSION,
+    }
+    if no_marker or failures:
+        log.warning("QA: %d replies without an 'Answer:' marker, %d failed requests", no_marker, failures)
+    return metrics
