@@ -79,6 +79,14 @@ def run_check(runs: Sequence[Run], refs: Sequence[Reference], out=None) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # e.g. piped into `head`
+        sys.stderr.close()
+        return 0
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     args = _parser().parse_args(argv)
     runs = load_runs(args.runs)
     if not runs:

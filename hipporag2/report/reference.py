@@ -11,9 +11,11 @@ entries of the same shape:
 
 A run matches an entry when every key of the file's `defaults_match` overlaid with
 the entry's `match` equals the run's resolved setting (numbers compared as numbers;
-"*" matches anything; a key the run lacks does not match). A loose match pretends the
+"*" matches anything; a key the run lacks does not match; `variant: NAME` in a match
+stands for the settings the file lists under `variants: NAME`). A loose match pretends the
 run's settings in `loose_as` (e.g. the paper's encoder and LLM) and lets our dataset
-stand for the paper's ones in `dataset_aliases`, so that the paper's number under its
+stand for the paper's ones in `dataset_aliases` (and, failing that, disregards the
+keys in `loose_ignore`), so that the paper's number under its
 own condition can be shown beside a run made under another (marked "~"). `--check`
 uses strict matches of entries without `check: false` only.
 """
@@ -60,13 +62,15 @@ class Reference:
     name: str
     entries: List[Entry]
     loose_as: Dict[str, Any] = field(default_factory=dict)
+    loose_ignore: Tuple[str, ...] = ()
     dataset_aliases: Dict[str, List[str]] = field(default_factory=dict)
     condition: str = ""
     source: str = ""
 
-    def _matches(self, run: Run, entry: Entry, loose: bool, ignore: Sequence[str] = ()) -> bool:
+    def _matches(self, run: Run, entry: Entry, loose: int, ignore: Sequence[str] = ()) -> bool:
+        """loose: 0 strict, 1 with `loose_as`, 2 also ignoring `loose_ignore`."""
         for key, want in entry.match.items():
-            if want == "*" or key in ignore:
+            if want == "*" or key in ignore or (loose >= 2 and key in self.loose_ignore):
                 continue
             if key == "embedding.name" and not run.uses_embedding:
                 continue
@@ -75,7 +79,10 @@ class Reference:
             else:
                 have = run.get(key, _MISSING)
             if have is _MISSING:
-                return False
+                # A run made before the setting existed had its default.
+                have = schema_defaults().get(key, _MISSING)
+                if have is _MISSING:
+                    return False
             if key == "dataset.name" and loose:
                 if str(want) in [str(have)] + list(self.dataset_aliases.get(str(have), [])):
                     continue
@@ -89,7 +96,7 @@ class Reference:
     ) -> Optional[Tuple[Entry, float, bool]]:
         """(entry, expected value, is_loose) for a run's metric; strict matches first,
         then (if `loose`) the paper's condition; the most specific entry wins."""
-        for is_loose in ((False, True) if loose else (False,)):
+        for is_loose in ((0, 1, 2) if loose else (0,)):
             best = None
             for e in self.entries:
                 if table is not None and e.table != table:
@@ -98,15 +105,31 @@ class Reference:
                     if best is None or len(e.match) > len(best.match):
                         best = e
             if best is not None:
-                return best, float(best.values[metric]), is_loose
+                return best, float(best.values[metric]), bool(is_loose)
         return None
 
     def matching(self, run: Run) -> List[Entry]:
         """Entries that apply to the run under its own condition and are checkable."""
-        return [e for e in self.entries if e.check and self._matches(run, e, False)]
+        return [e for e in self.entries if e.check and self._matches(run, e, 0)]
 
 
 _MISSING = object()
+_SCHEMA_DEFAULTS: Dict[str, Any] = {}
+
+
+def schema_defaults() -> Dict[str, Any]:
+    """Flattened defaults of the config schema (hipporag2.config.Config)."""
+    if not _SCHEMA_DEFAULTS:
+        from omegaconf import OmegaConf
+
+        from hipporag2.config import Config
+        from hipporag2.report.runs import _flatten
+
+        conf = OmegaConf.structured(Config)
+        for key, value in _flatten(OmegaConf.to_container(conf, resolve=False, throw_on_missing=False)).items():
+            if value != "???":
+                _SCHEMA_DEFAULTS[key] = value
+    return _SCHEMA_DEFAULTS
 
 
 def load_reference(path: Path | str) -> Reference:
@@ -115,10 +138,17 @@ def load_reference(path: Path | str) -> Reference:
     defaults = dict(data.get("defaults_match") or {})
     tol = dict(data.get("tolerance") or {"ok": 0.1, "okish": 1.0})
     data_files = dict(data.get("data_files") or {})
+    variants = {str(k): dict(v) for k, v in (data.get("variants") or {}).items()}
     entries = []
     for raw in data.get("entries") or []:
         match = dict(defaults)
-        match.update(raw.get("match") or {})
+        own = dict(raw.get("match") or {})
+        if "variant" in own:
+            name = str(own.pop("variant"))
+            if name not in variants:
+                raise ValueError(f"{path}: entry uses variant {name!r}, which `variants` does not define")
+            match.update(variants[name])
+        match.update(own)
         t = dict(tol)
         t.update(raw.get("tolerance") or {})
         entries.append(
@@ -140,6 +170,7 @@ def load_reference(path: Path | str) -> Reference:
         name=path.stem,
         entries=entries,
         loose_as=dict(data.get("loose_as") or {}),
+        loose_ignore=tuple(data.get("loose_ignore") or ()),
         dataset_aliases=aliases,
         condition=str(data.get("condition") or ""),
         source=str(data.get("source") or ""),

@@ -70,21 +70,30 @@ def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[
     """Label = the varying config-group names, then other varying settings where a run
     departs from the most common value (settings implied by a group name are hidden)."""
     vary = varying_keys(runs, exclude)
+    # Rows chosen through a nested experiment group (e.g. experiment/quirk@_global_=single_edges)
+    # are named by that choice.
+    rows_by = sorted({o.split("=", 1)[0] for r in runs for o in r.overrides if o.startswith("experiment/")})
+    row_choice = {id(r): dict(o.split("=", 1) for o in r.overrides if o.startswith("experiment/")) for r in runs}
+    rows_by = [k for k in rows_by if len({row_choice[id(r)].get(k) for r in runs}) > 1]
     names = [k for k in NAME_ORDER if k in vary] + [k for k in vary if k.endswith(".name") and k not in NAME_ORDER]
+
+    def ident(r: Run, k: str) -> str:
+        return str(row_choice[id(r)].get(k)) if k in rows_by else _value_str(r.settings.get(k))
+
     groups: Dict[Tuple, List[Run]] = {}
     for r in runs:
-        groups.setdefault(tuple(_value_str(r.settings.get(k)) for k in names), []).append(r)
+        groups.setdefault(tuple(ident(r, k) for k in rows_by + names), []).append(r)
     others = []
     for k in vary:
         if k in names:
             continue
-        implied = names and all(len({_value_str(r.settings.get(k)) for r in g}) == 1 for g in groups.values())
+        implied = (names or rows_by) and all(len({_value_str(r.settings.get(k)) for r in g}) == 1 for g in groups.values())
         if not implied:
             others.append(k)
     modal = {k: Counter(_value_str(r.settings.get(k)) for r in runs).most_common(1)[0][0] for k in others}
 
     def label(run: Run) -> str:
-        parts = []
+        parts = [ident(run, k) for k in rows_by]
         for k in names:
             if k == "embedding.name" and not run.uses_embedding:
                 continue
@@ -306,15 +315,20 @@ def _csv_row(table: str, row: str, col: str, metric: str, cell: Cell, cmd: Optio
     }
 
 
-def _notes(cells: Sequence[Cell], ctx: Context) -> List[str]:
+def _notes(cells: Sequence[Cell], ctx: Context, paper_shown: bool = True) -> List[str]:
     notes = []
     if any(c.sig is not None for c in cells):
-        notes.append("† significantly better than the dense baseline on the same data, ↓ significantly worse (paired bootstrap over questions, one-sided p < 0.05, 10,000 resamples).")
+        notes.append(
+            "† significantly better than the dense baseline on the same data, ↓ significantly worse "
+            f"(paired bootstrap over questions, one-sided p < 0.05, {ctx.bootstrap_samples:,} resamples)."
+        )
+    if not paper_shown:
+        return notes
     if any(c.paper is not None for c in cells):
         notes.append("Cells: ours (paper, ours − paper).")
     if any(c.paper is not None and c.paper_loose for c in cells):
         cond = ctx.paper.condition if ctx.paper else ""
-        notes.append(f"~ the paper's number under the paper's own condition ({cond}), shown for orientation: models or data differ from this run.")
+        notes.append(f"~ the paper's number under the paper's own condition ({cond}), shown for orientation: the encoder, LLM, data or filter differ from this run.")
     return notes
 
 
@@ -346,7 +360,8 @@ def table_recall(runs: Sequence[Run], ctx: Context, name: str = "recall", title:
         for k in RECALL_KS:
             c = c5 if k == 5 else (c2 if k == 2 else make_cell(r, f"recall@{k}", ctx, runs, significance=False))
             csv_rows.append(_csv_row(name, label(r), DATASET_NAMES.get(r.dataset, r.dataset), f"recall@{k}", c))
-    return Table(name, title, header, rows, csv_rows, notes=_notes(cells, ctx), provenance=provenance_lines(runs))
+    notes = [n for n in _notes(cells, ctx) if not n.startswith("Cells:")]
+    return Table(name, title, header, rows, csv_rows, notes=notes, provenance=provenance_lines(runs))
 
 
 def table_pivot(
@@ -514,7 +529,7 @@ def table_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name:
         heatmap(matrix, ds, ws, path, title=f"{metric} ({runs[0].dataset}, {runs[0].embedding})")
         images.append(str(path))
     best = max(((v, d, w) for d, mrow in zip(ds, matrix) for w, v in zip(ws, mrow) if v is not None), default=None)
-    notes = _notes(cells, ctx)
+    notes = _notes(cells, ctx, paper_shown=False)
     if best:
         notes.insert(0, f"Best cell: damping {best[1]:g}, passage_node_weight {best[2]:g} → {metric} {best[0]:.1f}.")
     paper_row = []
@@ -577,7 +592,7 @@ def table_continual(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], 
         path = Path(out_dir) / f"{name}.png"
         continual_plot(curves, ks, path, metric)
         images.append(str(path))
-    notes = _notes(cells, ctx)
+    notes = _notes(cells, ctx, paper_shown=False)
     notes.insert(0, "Each stage indexes segments 1..k (corpus order) and is evaluated on the questions whose gold passages are all indexed; "
                     "'segment s' rows follow the questions of one segment as later segments arrive (forgetting shows as a drop). "
                     "The paper gives this as a figure; SPEC §7 lists no numbers for it.")
