@@ -236,6 +236,10 @@ def tune(cfg, output: str, *, start_program: Optional[str], auto: str, train_siz
          max_labeled_demos: int, seed: int) -> Dict[str, Any]:
     import dspy
 
+    try:
+        import optuna  # noqa: F401 - MIPROv2's search needs it, and says so only at the end
+    except ImportError:
+        raise SystemExit("MIPROv2 needs optuna: pip install optuna (or dspy[optuna])") from None
     examples = build_examples(cfg)
     rng = random.Random(seed)
     rng.shuffle(examples)
@@ -268,6 +272,7 @@ def tune(cfg, output: str, *, start_program: Optional[str], auto: str, train_siz
         "dataset": cfg.dataset.name,
         "train": len(trainset),
         "val": len(valset),
+        # dspy.Evaluate scores: mean metric over the validation set, in percent.
         "val_score_before": float(getattr(before, "score", before)),
         "val_score_after": float(getattr(after, "score", after)),
         "auto": auto,
