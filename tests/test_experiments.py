@@ -1,0 +1,138 @@
+"""Every experiment config composes, and so does every value its sweep takes; a
+multirun writes each job into its own run_dir. Nothing here runs a model."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hipporag2.cli import compose
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+PAPER_TABLES = [
+    "table2_qa", "table3_recall", "table4_ablations", "table5_reset_weight", "table7_retrievers",
+    "table9_recall2_5", "table10_graph_stats", "table12_cost", "fig3_continual",
+]
+BASELINES = ["baseline_bm25", "baseline_contriever", "baseline_gtr", "baseline_gte_qwen2_7b", "baseline_gritlm_7b", "baseline_nv_embed_v2"]
+
+
+def sweep_params(name):
+    data = yaml.safe_load((CONFIGS / "experiment" / f"{name}.yaml").read_text()) or {}
+    params = ((data.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    return {str(k): [v.strip() for v in str(val).split(",")] for k, val in params.items()}
+
+
+def test_every_paper_table_and_baseline_has_an_experiment():
+    assert set(PAPER_TABLES + BASELINES + ["quirk_ablations"]) <= set(EXPERIMENTS)
+    for name in EXPERIMENTS:
+        text = (CONFIGS / "experiment" / f"{name}.yaml").read_text()
+        assert text.startswith("# @package _global_"), name
+        assert f"+experiment={name}" in text, f"{name}.yaml should show the command that runs it"
+
+
+_COMPOSED = {}
+
+
+def composed(*overrides):
+    """compose() costs ~0.3-0.7 s: each distinct command is composed once per session."""
+    if overrides not in _COMPOSED:
+        _COMPOSED[overrides] = compose(list(overrides))
+    return _COMPOSED[overrides]
+
+
+def sweep_points(name, skip=None):
+    """Commands covering every value of every swept key with few compositions: values
+    of different keys are combined (zipped); `skip` holds (key, value) pairs already
+    composed elsewhere."""
+    pending = {}
+    for key, values in sweep_params(name).items():
+        todo = [v for v in values if skip is None or (key, v) not in skip]
+        if "." in key.split("@")[0]:  # a plain setting, typed by the schema: one value is enough
+            todo = todo[:1]
+        if todo:
+            pending[key] = todo
+            if skip is not None:
+                skip.update((key, v) for v in todo)
+    n = max((len(v) for v in pending.values()), default=0)
+    return [(f"+experiment={name}",) + tuple(f"{k}={v[i]}" for k, v in pending.items() if i < len(v)) for i in range(n)]
+
+
+def test_every_experiment_and_sweep_value_composes():
+    seen = set()
+    for name in EXPERIMENTS:
+        cfg = composed(f"+experiment={name}")
+        assert cfg.run_dir.startswith("runs/"), name
+        for point in sweep_points(name, seen):
+            composed(*point)
+    assert len(seen) > 30
+
+
+def test_paper_presets_and_rows():
+    cfg = compose(["+experiment=table4_ablations"])
+    assert (cfg.embedding.model, cfg.llm.name, cfg.dataset.name, cfg.retrieval.filter) == ("nvidia/NV-Embed-v2", "llama33_70b_vllm", "musique", "llm")
+    assert sweep_params("table4_ablations")["retrieval"] == [
+        "hipporag2", "hipporag2_ner_to_node", "hipporag2_query_to_node", "hipporag2_no_passage_nodes", "hipporag2_no_filter", "dense"
+    ]
+    row = compose(["+experiment=table4_ablations", "retrieval=hipporag2_no_passage_nodes", "dataset=hotpotqa"])
+    assert (row.retrieval.passage_nodes, row.retrieval.filter, row.dataset.name) == (False, "llm", "hotpotqa")
+    gtr = compose(["+experiment=table9_recall2_5", "experiment/retriever@_global_=gtr"])
+    assert (gtr.retrieval.method, gtr.embedding.model) == ("dense", "sentence-transformers/gtr-t5-base")
+    grit = compose(["+experiment=baseline_gritlm_7b"])
+    assert grit.embedding.backend == "gritlm" and grit.embedding.query_format == "<|user|>\n{instruction}\n<|embed|>\n"
+    gte = compose(["+experiment=table7_retrievers", "embedding=gte_qwen2_7b", "retrieval=hipporag2"])
+    assert gte.embedding.query_format == "Instruct: {instruction}\nQuery: " and gte.retrieval.method == "hipporag2"
+    assert compose(["+experiment=table2_qa"]).qa.enabled
+    fig3 = compose(["+experiment=fig3_continual", "dataset.segments_indexed=2"])
+    assert (fig3.dataset.corpus_segments, fig3.dataset.segments_indexed) == (4, 2)
+    # Two points of one sweep never share a run folder.
+    a = compose(["+experiment=table5_reset_weight", "retrieval.passage_node_weight=0.1"]).run_dir
+    b = compose(["+experiment=table5_reset_weight", "retrieval.passage_node_weight=0.3"]).run_dir
+    assert a != b
+
+
+def test_shared_set_experiments_need_no_llm_or_gpu():
+    for name in [n for n in EXPERIMENTS if n.startswith("musique_train_")]:
+        for point in [(f"+experiment={name}",)] + sweep_points(name):
+            cfg = composed(*point)
+            assert cfg.llm.name == "none" and cfg.retrieval.filter == "none" and cfg.embedding.device == "cpu", point
+            assert cfg.retrieval.linking != "ner_to_node", point
+            assert cfg.openie.import_path.endswith("musique_train_openie_gpt-3.5-turbo-1106.json")
+    q = composed("+experiment=musique_train_quirks", "experiment/quirk@_global_=single_edges")
+    assert q.graph.double_edges is False and q.retrieval.name == "hipporag2_no_filter"
+    assert sweep_params("musique_train_grid") == {
+        "retrieval.damping": ["0.3", "0.5", "0.7", "0.85"],
+        "retrieval.passage_node_weight": ["0.01", "0.05", "0.1", "0.3", "0.5"],
+    }
+
+
+def test_launcher_configs():
+    local = yaml.safe_load((CONFIGS / "hydra" / "launcher" / "local_parallel.yaml").read_text())
+    slurm = yaml.safe_load((CONFIGS / "hydra" / "launcher" / "slurm.yaml").read_text())
+    assert any("submitit_local" in str(d) for d in local["defaults"])
+    assert any("submitit_slurm" in str(d) for d in slurm["defaults"])
+    for key in ("partition", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+        assert key in slurm, key
+    cfg = compose(["+experiment=table3_recall", "hydra/launcher=slurm"])
+    assert cfg.dataset.name == "musique"
+
+
+def test_multirun_jobs_write_into_their_own_run_dir(tmp_path):
+    """`hipporag2 -m` (BM25 on the demo corpus: no model) puts each job's files and its
+    .hydra/ in the folder a single run with the same overrides would use."""
+    exe = [sys.executable, "-m", "hipporag2.cli"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    common = ["retrieval=bm25", "progress=false", f"cache_dir={tmp_path / 'cache'}"]
+    out = subprocess.run(exe + ["-m", "retrieval.retrieval_top_k=5,10"] + common, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    jobs = sorted(p.parent for p in (tmp_path / "runs" / "demo").glob("*/metrics.json"))
+    assert len(jobs) == 2
+    for job in jobs:
+        assert (job / ".hydra" / "overrides.yaml").is_file() and (job / "run.log").is_file()
+        assert (job / "retrieval.jsonl").is_file()
+    assert len(list((tmp_path / "runs" / "multirun").glob("*/multirun.yaml"))) == 1
+    single = subprocess.run(exe + ["retrieval.retrieval_top_k=10"] + common, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert len(list((tmp_path / "runs" / "demo").glob("*/metrics.json"))) == 2  # same folder as the sweep's job
