@@ -116,7 +116,7 @@ def test_table3_layout_with_paper_numbers_significance_and_command(root, capsys)
     # Paper numbers for MuSiQue (strict match: same encoder, LLM and dataset) and our delta.
     assert "| dense | 25.0 (69.7, −44.7) |" in md
     assert "| hipporag2 | 90.0† (74.7, +15.3) |" in md
-    assert "hipporag2 -m +experiment=table3_recall`" in md  # the sweep's own command
+    assert "hipporag2 -m +experiment=table3_recall dataset=musique`" in md  # the sweep, restricted to what was run
     assert "nvidia/NV-Embed-v2" in md and "meta-llama/Llama-3.3-70B-Instruct" in md
     assert "musique_corpus.json" in md
     rows = list(csv.DictReader(io.StringIO((out / "table3_recall.csv").read_text())))

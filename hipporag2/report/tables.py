@@ -145,12 +145,17 @@ def command_for(runs: Sequence[Run]) -> str:
         swept = _experiment_params(experiments[0])
     parts = []
     approximate = False
+    product = 1
     for key, vals in per_key.items():
-        if key in swept and set(vals) <= set(swept[key].split(",")):
+        if key in swept and set(vals) == set(swept[key].split(",")):
+            product *= len(swept[key].split(","))
             continue  # the experiment's own sweep makes these
         if present[key] != len(runs):
             approximate = True
+        product *= len(vals)
         parts.append(f"{key}={','.join(vals)}")
+    if product != len(runs):
+        approximate = True
     multi = len(runs) > 1
     cmd = "hipporag2 " + ("-m " if multi else "") + " ".join(parts)
     return cmd + ("   # (runs were made by several commands; this is their union)" if approximate else "")
