@@ -120,6 +120,7 @@ def test_segments_are_contiguous_and_questions_follow_their_last_gold(data_dir):
     assert query_segments(queries, corpus, 4) == [0, 1, 2, 3, 3]
 
 
+@pytest.mark.slow
 def test_adding_segments_embeds_only_new_texts_and_equals_indexing_at_once(data_dir, tmp_path):
     inc_cache = tmp_path / "cache_incremental"
     seen = set()

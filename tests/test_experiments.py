@@ -60,6 +60,7 @@ def sweep_points(name, skip=None):
     return [(f"+experiment={name}",) + tuple(f"{k}={v[i]}" for k, v in pending.items() if i < len(v)) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_every_experiment_and_sweep_value_composes():
     seen = set()
     for name in EXPERIMENTS:
@@ -119,6 +120,7 @@ def test_launcher_configs():
     assert cfg.dataset.name == "musique"
 
 
+@pytest.mark.slow
 def test_multirun_jobs_write_into_their_own_run_dir(tmp_path):
     """`hipporag2 -m` (BM25 on the demo corpus: no model) puts each job's files and its
     .hydra/ in the folder a single run with the same overrides would use."""
