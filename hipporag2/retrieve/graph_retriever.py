@@ -25,7 +25,7 @@ from hipporag2.retrieve.ppr import make_solver
 from hipporag2.retrieve.scoring import min_max_rows, rank_desc
 from hipporag2.retrieve.seeds import (
     passage_seed_vector,
-    phrase_seeds_from_facts,
+    phrase_weights_from_facts,
     reset_vector,
     uniform_phrase_seeds,
 )
@@ -91,13 +91,15 @@ class GraphRetriever:
             kept_ids = [cands[k] for k in kept][: cfg.linking_top_k]
             kept_facts = [idx.facts[i] for i in kept_ids]
             kept_scores = [row[i] for i in kept_ids]
-            seeds = phrase_seeds_from_facts(
-                kept_facts, kept_scores, idx.phrase_index, self.passages_per_phrase,
-                cfg.linking_top_k, cfg.node_specificity,
+            weights = phrase_weights_from_facts(
+                kept_facts, kept_scores, idx.phrase_index, self.passages_per_phrase, cfg.node_specificity
             )
+            seeds = weights[: cfg.linking_top_k]
             details = {
                 "candidate_facts": [[list(idx.facts[i]), float(row[i])] for i in cands],
                 "kept_facts": [[list(f), float(s)] for f, s in zip(kept_facts, kept_scores)],
+                # Before the top-k cut, so ties at the cut can be seen in the output.
+                "phrase_weights": [[idx.phrases[i], float(w)] for i, w in weights],
             }
             out.append((seeds, details))
         return out

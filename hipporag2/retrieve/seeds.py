@@ -16,7 +16,18 @@ def phrase_seeds_from_facts(
     top_k: int,
     node_specificity: bool = True,
 ) -> List[Tuple[int, float]]:
-    """Phrase node -> seed weight, the `top_k` largest, best first.
+    """Phrase node -> seed weight, the `top_k` largest, best first (see `phrase_weights_from_facts`)."""
+    return phrase_weights_from_facts(facts, fact_scores, phrase_index, passages_per_phrase, node_specificity)[:top_k]
+
+
+def phrase_weights_from_facts(
+    facts: Sequence[Tuple[str, str, str]],
+    fact_scores: Sequence[float],
+    phrase_index: Dict[str, int],
+    passages_per_phrase: Sequence[int],
+    node_specificity: bool = True,
+) -> List[Tuple[int, float]]:
+    """Every linked phrase with its weight, best first, before the top-k cut.
 
     Each kept fact adds f / |passages(phrase)| to its subject and to its object (when
     they are nodes) and counts one occurrence; the weight is the mean. Ties at the
@@ -38,7 +49,7 @@ def phrase_seeds_from_facts(
             count[idx] = count.get(idx, 0) + 1
     means = [(idx, total[idx] / count[idx]) for idx in total]  # dict order = first appearance
     means.sort(key=lambda item: -item[1])  # stable: ties keep first appearance
-    return means[:top_k]
+    return means
 
 
 def uniform_phrase_seeds(
