@@ -13,19 +13,23 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
+from hipporag2 import atomicio
+from hipporag2.atomicio import crash_point
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
+from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.encoders import Encoder
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.graph.store import Index, index_exists, load_index, save_index
+from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
 from hipporag2.openie.interchange import Extraction, import_openie
+from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.stagekeys import corpus_digest, digest, file_digest, index_key
 
@@ -108,7 +112,15 @@ def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple
             openie_source=str(cfg.openie.import_path),
             openie_passages_missing=len(imp.missing),
             openie_entries_unmatched=imp.unmatched,
+            openie_entries_duplicate=imp.duplicates,
+            openie_triples_not_three=imp.triples_not_three,
+            openie_triples_non_string=imp.triples_non_string,
         )
+        if imp.triples_not_three or imp.triples_non_string:
+            log.warning(
+                "%s: %d triples are not lists of three (skipped) and %d have non-string elements (str()'d, kept)",
+                cfg.openie.import_path, imp.triples_not_three, imp.triples_non_string,
+            )
         if imp.missing:
             msg = f"{len(imp.missing)} corpus passages have no extraction in {cfg.openie.import_path} (first: {imp.missing[0][:80]!r})"
             if cfg.openie.require_complete:
@@ -120,7 +132,18 @@ def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple
     return extract_corpus(cfg, corpus, llm.get(), report)
 
 
-def _provenance(cfg: Config, qpath: Path, cpath: Path) -> Dict:
+def _input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
+    """Every input file of the run and its content hash (sha256, 16 hex)."""
+    files = {str(qpath): file_digest(qpath), str(cpath): file_digest(cpath)}
+    if cfg.openie.import_path:
+        files[str(cfg.openie.import_path)] = file_digest(cfg.openie.import_path)
+    r = cfg.retrieval
+    if r.filter == "llm" and r.filter_program and Path(r.filter_program).is_file():
+        files[str(r.filter_program)] = file_digest(r.filter_program)
+    return files
+
+
+def _provenance(cfg: Config, qpath: Path, cpath: Path, data_files: Optional[Dict[str, str]] = None) -> Dict:
     import importlib.metadata as md
 
     versions = {}
@@ -131,11 +154,33 @@ def _provenance(cfg: Config, qpath: Path, cpath: Path) -> Dict:
             pass
     return {
         "config_hash": digest(asdict(cfg) if not isinstance(cfg, dict) else cfg),
-        "data_files": {str(qpath): file_digest(qpath), str(cpath): file_digest(cpath)},
-        "models": {"embedding": cfg.embedding.model, "llm": cfg.llm.model or None},
+        "data_files": data_files if data_files is not None else _input_files(cfg, qpath, cpath),
+        "models": {
+            "embedding": cfg.embedding.model,
+            "llm": cfg.llm.model or None,
+            "llm_backend": cfg.llm.backend if cfg.llm.model else None,
+            "llm_base_url": redact(cfg.llm.base_url) if cfg.llm.base_url else None,
+        },
         "python": platform.python_version(),
         "packages": versions,
     }
+
+
+def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool) -> Optional[Index]:
+    """The index at `path` if complete and intact; None if absent. A corrupt one is
+    reported and, when the caller holds the build lock, removed for rebuilding."""
+    if not index_exists(path):
+        return None
+    try:
+        with timings.stage("index_load"):
+            return load_index(path)
+    except IndexCorrupt as e:
+        if not under_lock:
+            return None  # decided again under the lock (another process may be rewriting it)
+        log.warning("index cache %s failed verification (%s: %s); deleting it and rebuilding", path, e.file, e.reason)
+        report["index_corrupt_rebuilt"] = f"{e.file}: {e.reason}"
+        remove_index(path)
+        return None
 
 
 def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings) -> Index:
@@ -144,21 +189,24 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
-    if not index_exists(path):
+    index = _load_verified(path, report, timings, under_lock=False)
+    if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
         # second waits for the lock and then finds the index.
         with FileLock(str(path) + ".lock"):
-            if not index_exists(path):
+            index = _load_verified(path, report, timings, under_lock=True)
+            if index is None:
                 log.info("building index %s", path)
                 with timings.stage("index_build"):
                     index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress)
+                    crash_point("index_built")
                     save_index(index, path)
+                crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
-    with timings.stage("index_load"):
-        return load_index(path)
+    return index
 
 
 def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings):
@@ -191,26 +239,187 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
 
 
 def write_jsonl(path: Path, rows) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """Atomic: temp file, fsync, rename, fsync of the folder."""
+    atomicio.write_jsonl(path, rows)
 
 
 def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False))
-    os.replace(tmp, path)
+    """Atomic: temp file, fsync, rename, fsync of the folder."""
+    atomicio.write_json(path, obj)
+
+
+# ---- retrieval checkpoint -----------------------------------------------------------
+
+PARTIAL = "retrieval.partial.jsonl"
+
+
+def retrieval_key(cfg: Config, data_files: Dict[str, str], report: Dict) -> str:
+    """Hash of everything that changes retrieval output: settings (not paths of the run
+    or cache, progress bars, QA or recall cut-offs), input file contents, the index."""
+    settings = asdict(cfg)
+    for k in ("run_dir", "cache_dir", "progress", "qa", "recall_k"):
+        settings.pop(k, None)
+    return digest({"settings": settings, "inputs": sorted(data_files.values()), "index": report.get("index_key")})
+
+
+def _row_of(result: RetrievalResult) -> Dict:
+    return {"id": result.query_id, "ranked": result.ranked, "scores": result.scores, "details": result.details}
+
+
+def _result_of(row: Dict) -> RetrievalResult:
+    return RetrievalResult(row["id"], [int(i) for i in row["ranked"]], [float(x) for x in row["scores"]], row["details"])
+
+
+class RetrievalCheckpoint:
+    """`retrieval.partial.jsonl` in the run dir: a header line with the retrieval key,
+    then one line per finished block of queries (appended, flushed and fsynced).
+
+    On restart with the same key, the finished blocks are read back (a torn last line
+    from a kill mid-write is cut off) and retrieval continues with the next block; with
+    another key the file is discarded. Blocks are the retriever's own query blocks, so
+    a resumed run computes exactly what an uninterrupted one does."""
+
+    def __init__(self, path: Path, key: str, query_ids: List[str], block_size: int):
+        self.path, self.key, self.block_size = path, key, block_size
+        self.ids = query_ids
+        self.results: List[RetrievalResult] = []
+        self._f = None
+
+    def _header(self) -> Dict:
+        return {"checkpoint": {"key": self.key, "n_queries": len(self.ids), "block_size": self.block_size, "ids": digest(self.ids)}}
+
+    def resume(self) -> int:
+        """Load finished blocks; returns the number of queries already done."""
+        if not self.path.is_file():
+            return 0
+        good_bytes, results = 0, []
+        with open(self.path, "rb") as f:
+            lines = f.read().split(b"\n")
+        ok = False
+        for n, line in enumerate(lines[:-1]):  # the part after the last newline is torn
+            try:
+                obj = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                break
+            if n == 0:
+                if obj != self._header():
+                    log.info("retrieval checkpoint %s is from other settings or data; starting retrieval over", self.path)
+                    break
+                ok = True
+            else:
+                block = obj.get("rows") if isinstance(obj, dict) else None
+                start = len(results)
+                if obj.get("start") != start or not isinstance(block, list) or [r.get("id") for r in block] != self.ids[start : start + len(block)]:
+                    break
+                results.extend(_result_of(r) for r in block)
+            good_bytes += len(line) + 1
+        if not ok:
+            self.path.unlink(missing_ok=True)
+            return 0
+        with open(self.path, "r+b") as f:  # drop a torn or foreign tail
+            f.truncate(good_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+        self.results = results
+        if results:
+            log.info("retrieval checkpoint %s: %d of %d queries already done, resuming", self.path, len(results), len(self.ids))
+        return len(results)
+
+    def append(self, start: int, results: List[RetrievalResult]) -> List[RetrievalResult]:
+        """Persist a finished block; returns its results as read back from JSON (so a
+        resumed and an uninterrupted run hold exactly the same values)."""
+        if self._f is None:
+            new = not self.path.is_file()
+            self._f = open(self.path, "ab")
+            if new:
+                self._write_line(self._header())
+        line = {"start": start, "rows": [_row_of(r) for r in results]}
+        text = self._write_line(line)
+        back = [_result_of(r) for r in json.loads(text)["rows"]]
+        self.results.extend(back)
+        return back
+
+    def _write_line(self, obj) -> str:
+        text = json.dumps(obj, ensure_ascii=False)
+        data = text.encode("utf-8") + b"\n"
+        if atomicio.crash_hit("retrieval_torn_write"):  # a kill in the middle of a line
+            self._f.write(data[: len(data) // 2])
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            atomicio.crash_now()
+        self._f.write(data)
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        return text
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def remove(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        atomicio.fsync_dir(self.path.parent)
+
+
+def retrieve_checkpointed(retriever, queries: List[Query], ckpt: RetrievalCheckpoint, timings: Timings) -> Tuple[List[RetrievalResult], int]:
+    """Results for all queries, and how many of them came from the checkpoint."""
+    done = ckpt.resume()
+    with timings.stage("retrieval"):
+        try:
+            for start in range(done, len(queries), ckpt.block_size):
+                block = queries[start : start + ckpt.block_size]
+                ckpt.append(start, retriever.retrieve(block))
+                crash_point("retrieval_block")
+        finally:
+            ckpt.close()
+    return ckpt.results, done
+
+
+# ---- the run ------------------------------------------------------------------------
+
+
+@contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """One process per run directory: a second run of the same command waits, then
+    resumes from (or recomputes) what the first left."""
+    lock = FileLock(str(run_dir / ".run.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("another process is using run_dir %s; waiting for it to finish", run_dir)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def run(cfg: Config) -> Dict:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    install_log_redaction(cfg.llm.api_key_env)
+    # Hydra saved the composed config (and overrides) before this point.
+    redact_hydra_dir(run_dir)
+    if url_has_credentials(cfg.llm.base_url):
+        log.warning(
+            "llm.base_url carries credentials; they are masked in logs and saved files, "
+            "but prefer the environment variable named by llm.api_key_env (%s)", cfg.llm.api_key_env,
+        )
+    with run_dir_lock(run_dir):
+        return _run(cfg, run_dir)
+
+
+def _run(cfg: Config, run_dir: Path) -> Dict:
+    atomicio.remove_stale_temps(run_dir, any_pid=True)  # we hold the run dir's lock
     timings = Timings()
     report: Dict = {}
+    check_input_paths(cfg)
     with timings.stage("load_data"):
         corpus, queries = load_dataset(cfg)
+    qpath, cpath = dataset_paths(cfg)
+    data_files = _input_files(cfg, qpath, cpath)
     log.info("dataset %s: %d queries, %d unique passages (%d duplicates dropped)", cfg.dataset.name, len(queries), len(corpus), corpus.duplicates)
     cov = check_gold_in_corpus(queries, corpus)
     if cov.n_missing:
@@ -220,13 +429,16 @@ def run(cfg: Config) -> Dict:
         )
     if cov.queries_without_gold:
         log.warning("%d queries have no gold passage; recall counts 0 for them", len(cov.queries_without_gold))
+    crash_point("data_loaded")
     store = open_store(cfg.cache_dir, cfg.embedding)
     llm = LazyLLM(cfg)
     retriever, index = make_retriever(cfg, corpus, store, llm, report, timings)
     if index is not None:
         write_json(run_dir / "graph_stats.json", index.stats)
-    with timings.stage("retrieval"):
-        results: List[RetrievalResult] = retriever.retrieve(queries)
+    crash_point("retriever_ready")
+    block = cfg.retrieval.query_batch_size
+    ckpt = RetrievalCheckpoint(run_dir / PARTIAL, retrieval_key(cfg, data_files, report), [q.id for q in queries], block)
+    results, resumed = retrieve_checkpointed(retriever, queries, ckpt, timings)
     strings = corpus.strings
     rows = []
     for q, r in zip(queries, results):
@@ -241,6 +453,7 @@ def run(cfg: Config) -> Dict:
         row.update(r.details)
         rows.append(row)
     write_jsonl(run_dir / "retrieval.jsonl", rows)
+    crash_point("retrieval_written")
     with timings.stage("evaluate"):
         recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)
     if cfg.qa.enabled:
@@ -250,7 +463,6 @@ def run(cfg: Config) -> Dict:
             report.update(run_qa(cfg, llm.get(), queries, corpus, results, run_dir))
     if llm.usage():
         report["llm_usage"] = llm.usage()
-    qpath, cpath = dataset_paths(cfg)
     metrics = {
         "dataset": cfg.dataset.name,
         "method": cfg.retrieval.name,
@@ -259,13 +471,21 @@ def run(cfg: Config) -> Dict:
         "gold_passages": cov.n_gold,
         "gold_passages_missing_from_corpus": cov.n_missing,
         "queries_without_gold": len(cov.queries_without_gold),
+        "corpus_passages": len(corpus),
+        "corpus_duplicates_skipped": corpus.duplicates,
         "dense_fallbacks": sum(1 for r in results if r.details.get("fallback")),
         "embedded_this_run": store.encoded,
+        "embedding_shards_corrupt_rebuilt": store.corrupt_shards,
+        "retrieval_resumed_queries": resumed,
         **report,
         "timings": timings.seconds,
-        "provenance": _provenance(cfg, qpath, cpath),
+        "provenance": _provenance(cfg, qpath, cpath, data_files),
     }
+    metrics = redact_obj(metrics)
+    crash_point("before_metrics")
     write_json(run_dir / "metrics.json", metrics)
+    crash_point("metrics_written")
+    ckpt.remove()  # the run is complete: its outputs replace the checkpoint
     log.info("recall: %s", "  ".join(f"{k}={v}" for k, v in recall.items()))
     log.info("timings (s): %s", timings.seconds)
     return metrics

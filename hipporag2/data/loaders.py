@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, List, Optional
 
 from hipporag2.data.errors import DataError
+from hipporag2.data.validate import check_text, require_bool, require_dict, require_list, require_str, type_name
 
 
 def passage_string(title: str, text: str) -> str:
@@ -57,49 +58,67 @@ class Query:
 
 
 def read_json(path: Path | str) -> Any:
+    """Parse a JSON input file; every failure is a DataError naming the file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError(path, "file not found")
+    if not path.is_file():
+        raise DataError(path, "not a regular file (a folder?)")
     try:
         raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}") from None
+    try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(path, f"not valid UTF-8 (byte offset {e.start})") from None
+    if text.startswith("\ufeff"):  # a UTF-8 byte-order mark, as some editors write
+        text = text[1:]
+    if not text.strip():
+        raise DataError(path, "the file is empty (expected JSON)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise DataError(path, "not usable JSON: nested too deeply") from None
 
 
 def _require_str(path, rec, fieldname, value) -> str:
-    if not isinstance(value, str):
-        raise DataError(path, f"expected a string, got {type(value).__name__}", rec, fieldname)
-    return value
+    return require_str(path, rec, fieldname, value)
 
 
 def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:
-    """A list of {title, text}, or a raw mapping title -> list of sentences."""
+    """A list of {title, text}, or a raw mapping title -> list of sentences.
+
+    Outcomes: an empty corpus is an error; a passage whose string repeats an earlier
+    one is skipped and counted in `Corpus.duplicates` (the first keeps its index).
+    """
     data = read_json(path)
     records: List[tuple] = []
     if isinstance(data, dict):
         for i, (title, sentences) in enumerate(data.items()):
+            rec = f"{i} (title {title[:60]!r})"
+            check_text(path, rec, "title", title)
             if isinstance(sentences, str):
                 text = sentences
-            elif isinstance(sentences, list) and all(isinstance(s, str) for s in sentences):
+            elif isinstance(sentences, list):
+                for j, sent in enumerate(sentences):
+                    require_str(path, rec, f"text[{j}]", sent, "a sentence string")
                 text = sentence_joiner.join(sentences)
             else:
-                raise DataError(path, "expected a list of sentence strings", title, "text")
-            records.append((title, text))
+                raise DataError(path, f"expected a list of sentence strings, got {type_name(sentences)}", rec, "text")
+            records.append((title, check_text(path, rec, "text", text)))
     elif isinstance(data, list):
         for i, rec in enumerate(data):
             if not isinstance(rec, dict):
-                raise DataError(path, f"expected an object with 'title' and 'text', got {type(rec).__name__}", i)
+                raise DataError(path, f"expected an object with 'title' and 'text', got {type_name(rec)}", i)
             for key in ("title", "text"):
                 if key not in rec:
                     raise DataError(path, "missing field", i, key)
-            records.append((_require_str(path, i, "title", rec["title"]), _require_str(path, i, "text", rec["text"])))
+            records.append((require_str(path, i, "title", rec["title"]), require_str(path, i, "text", rec["text"])))
     else:
-        raise DataError(path, f"expected a JSON list of passages, got {type(data).__name__}")
+        raise DataError(path, f"expected a JSON list of passages, got {type_name(data)}")
     if not records:
         raise DataError(path, "the corpus is empty")
     passages: List[Passage] = []
@@ -115,40 +134,51 @@ def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:
     return Corpus(passages=passages, path=str(path), duplicates=duplicates)
 
 
-def _as_answer_list(value: Any) -> List[str]:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple, set)):
-        out = []
-        for v in value:
-            out.extend(_as_answer_list(v))
-        return out
-    if isinstance(value, str):
-        # PopQA stores possible_answers as a JSON-encoded list.
-        stripped = value.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            try:
-                parsed = json.loads(stripped)
-            except json.JSONDecodeError:
-                return [value]
-            return _as_answer_list(parsed)
-        return [value]
-    return [str(value)]
+def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldname: str = "answer") -> List[str]:
+    """Gold answers: a string, a number, null, or (nested) lists of those.
+
+    PopQA stores `possible_answers` as a JSON-encoded list inside a string; that is
+    decoded. Iterative, so a deeply nested list cannot exhaust the stack.
+    """
+    out: List[str] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is None:
+            continue
+        if isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+        elif isinstance(v, str):
+            stripped = v.strip()
+            if stripped.startswith("[") and stripped.endswith("]"):
+                try:
+                    parsed = json.loads(stripped)
+                except (json.JSONDecodeError, RecursionError):
+                    parsed = None
+                if isinstance(parsed, list) and all(isinstance(x, (str, int, float, list)) and not isinstance(x, bool) for x in parsed):
+                    stack.extend(reversed(parsed))
+                    continue
+            out.append(check_text(path, rec, fieldname, v))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(str(v))
+        else:
+            raise DataError(path, f"expected a string, a number or a list of them, got {type_name(v)}", rec, fieldname)
+    return out
 
 
 def _gold_answers(path, i, rec) -> List[str]:
     answers: List[str] = []
     if "answer" in rec:
-        answers = _as_answer_list(rec["answer"])
+        answers = _as_answer_list(rec["answer"], path, i, "answer")
     elif "gold_ans" in rec:
-        answers = _as_answer_list(rec["gold_ans"])
+        answers = _as_answer_list(rec["gold_ans"], path, i, "gold_ans")
     elif "reference" in rec:
-        answers = _as_answer_list(rec["reference"])
+        answers = _as_answer_list(rec["reference"], path, i, "reference")
     elif "obj" in rec:
-        answers = _as_answer_list(rec.get("obj"))
+        answers = _as_answer_list(rec.get("obj"), path, i, "obj")
         for key in ("possible_answers", "o_wiki_title", "o_aliases"):
-            answers += _as_answer_list(rec.get(key))
-    answers += _as_answer_list(rec.get("answer_aliases"))
+            answers += _as_answer_list(rec.get(key), path, i, key)
+    answers += _as_answer_list(rec.get("answer_aliases"), path, i, "answer_aliases")
     # A set, in first-seen order so that files and logs are reproducible.
     return list(dict.fromkeys(a for a in answers if a is not None))
 
@@ -157,56 +187,84 @@ def _gold_passages(path, i, rec, sentence_joiner: str) -> List[str]:
     gold: List[str] = []
     if "supporting_facts" in rec:
         titles = set()
-        for j, sf in enumerate(rec["supporting_facts"]):
-            if not isinstance(sf, (list, tuple)) or not sf:
-                raise DataError(path, f"expected [title, sentence_id], got {sf!r}", i, f"supporting_facts[{j}]")
+        for j, sf in enumerate(require_list(path, i, "supporting_facts", rec["supporting_facts"], "a list of [title, sentence_id]")):
+            if not isinstance(sf, list) or not sf or not isinstance(sf[0], str):
+                raise DataError(path, f"expected [title, sentence_id], got {type_name(sf)} {json.dumps(sf)[:80]}", i, f"supporting_facts[{j}]")
             titles.add(sf[0])
-        for j, ctx in enumerate(rec.get("context", [])):
-            if not isinstance(ctx, (list, tuple)) or len(ctx) != 2:
-                raise DataError(path, "expected [title, [sentences]]", i, f"context[{j}]")
+        context = rec.get("context")
+        context = [] if context is None else require_list(path, i, "context", context, "a list of [title, [sentences]]")
+        for j, ctx in enumerate(context):
+            if not isinstance(ctx, list) or len(ctx) != 2:
+                raise DataError(path, f"expected [title, [sentences]], got {type_name(ctx)}", i, f"context[{j}]")
             title, sentences = ctx
+            require_str(path, i, f"context[{j}][0]", title, "a title string")
+            if isinstance(sentences, str):
+                sentences = [sentences]
+            require_list(path, i, f"context[{j}][1]", sentences, "a list of sentence strings")
+            for k, sent in enumerate(sentences):
+                require_str(path, i, f"context[{j}][1][{k}]", sent, "a sentence string")
             if title in titles:
-                gold.append(passage_string(title, sentence_joiner.join(sentences)))
+                gold.append(passage_string(title, check_text(path, i, f"context[{j}]", sentence_joiner.join(sentences))))
     elif "contexts" in rec:
-        for j, ctx in enumerate(rec["contexts"]):
-            if ctx.get("is_supporting", True):
-                gold.append(passage_string(ctx["title"], ctx["text"]))
+        for j, ctx in enumerate(require_list(path, i, "contexts", rec["contexts"], "a list of {title, text, is_supporting}")):
+            require_dict(path, i, f"contexts[{j}]", ctx)
+            supporting = require_bool(path, i, f"contexts[{j}].is_supporting", ctx.get("is_supporting", True))
+            for key in ("title", "text"):
+                if key not in ctx:
+                    raise DataError(path, "missing field", i, f"contexts[{j}].{key}")
+            title = require_str(path, i, f"contexts[{j}].title", ctx["title"])
+            text = require_str(path, i, f"contexts[{j}].text", ctx["text"])
+            if supporting:
+                gold.append(passage_string(title, text))
     elif "paragraphs" in rec:
-        for j, para in enumerate(rec["paragraphs"]):
-            if not isinstance(para, dict):
-                raise DataError(path, "expected an object", i, f"paragraphs[{j}]")
-            if para.get("is_supporting", True) is False:
+        for j, para in enumerate(require_list(path, i, "paragraphs", rec["paragraphs"], "a list of {title, paragraph_text, is_supporting}")):
+            require_dict(path, i, f"paragraphs[{j}]", para)
+            if "is_supporting" in para and not require_bool(path, i, f"paragraphs[{j}].is_supporting", para["is_supporting"]):
                 continue
-            text = para.get("text", para.get("paragraph_text"))
-            if text is None:
+            key = "text" if "text" in para else "paragraph_text"
+            if key not in para:
                 raise DataError(path, "needs 'text' or 'paragraph_text'", i, f"paragraphs[{j}]")
-            gold.append(passage_string(para.get("title", ""), text))
+            text = require_str(path, i, f"paragraphs[{j}].{key}", para[key])
+            title = require_str(path, i, f"paragraphs[{j}].title", para.get("title", ""))
+            gold.append(passage_string(title, text))
     return list(dict.fromkeys(gold))
 
 
+def _query_id(path, i, rec) -> str:
+    key = "id" if "id" in rec else "_id" if "_id" in rec else None
+    if key is None:
+        return str(i)
+    value = rec[key]
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, f"expected a string or integer id, got {type_name(value)}", i, key)
+    return check_text(path, i, key, str(value), limit=10_000)
+
+
 def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Optional[int] = None) -> List[Query]:
+    """Outcomes: a file without questions is an error; a question without gold passages
+    is kept (recall 0) and counted by `check_gold_in_corpus`; a repeated id is an error."""
     data = read_json(path)
     if not isinstance(data, list):
-        raise DataError(path, f"expected a JSON list of questions, got {type(data).__name__}")
+        raise DataError(path, f"expected a JSON list of questions, got {type_name(data)}")
     queries: List[Query] = []
     seen_ids = set()
     for i, rec in enumerate(data):
         if not isinstance(rec, dict):
-            raise DataError(path, f"expected an object, got {type(rec).__name__}", i)
-        qid = rec.get("id", rec.get("_id", str(i)))
+            raise DataError(path, f"expected an object, got {type_name(rec)}", i)
+        qid = _query_id(path, i, rec)
+        where = f"{i} (id {qid!r})"
         if "question" not in rec:
-            raise DataError(path, "missing field", qid, "question")
-        question = _require_str(path, qid, "question", rec["question"])
-        qid = str(qid)
+            raise DataError(path, "missing field", where, "question")
+        question = require_str(path, where, "question", rec["question"])
         if qid in seen_ids:
-            raise DataError(path, "duplicate question id", qid, "id")
+            raise DataError(path, "duplicate question id", where, "id")
         seen_ids.add(qid)
         queries.append(
             Query(
                 id=qid,
                 question=question,
-                gold_answers=_gold_answers(path, qid, rec),
-                gold_passages=_gold_passages(path, qid, rec, sentence_joiner),
+                gold_answers=_gold_answers(path, where, rec),
+                gold_passages=_gold_passages(path, where, rec, sentence_joiner),
             )
         )
         if max_queries is not None and len(queries) >= max_queries:

@@ -4,19 +4,30 @@ Rows live in append-only shards (`shard-NNNNN.npy` float32 + `shard-NNNNN.keys.j
 memory-mapped on load. A shard becomes visible only when its keys file is renamed
 into place, so a run killed mid-encoding loses at most the shard in progress, and a
 second run with the same encoder embeds only what is missing.
+
+Integrity: the keys file (written last, atomically) records the sha256, row count and
+width of its `.npy` file. Every load verifies them; a shard that fails (bit rot, a
+truncated copy, an edited file) is logged with its file name, removed, and its rows
+are re-encoded when next needed. Keys files of the first format (a bare list, no
+checksum) are still read, with the shape check only.
+
+Concurrency: shard numbers are assigned and files written under a file lock in the
+store folder, so any number of processes can share one cache directory.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from filelock import FileLock
 
+from hipporag2 import atomicio
+from hipporag2.atomicio import crash_point, sha256_file
 from hipporag2.embed.encoders import Encoder, build_encoder
 
 log = logging.getLogger(__name__)
@@ -43,7 +54,9 @@ class EmbeddingStore:
         self.shard_size = shard_size
         self._index: Dict[str, Tuple[int, int]] = {}
         self._shards: List[np.ndarray] = []
+        self._opened: set = set()
         self.encoded = 0  # texts this process had to encode (0 = all served from cache)
+        self.corrupt_shards = 0  # shards found corrupt and removed by this process
         self._load()
 
     @property
@@ -52,24 +65,77 @@ class EmbeddingStore:
             self._encoder = self._factory()
         return self._encoder
 
-    def _load(self) -> None:
-        self._index.clear()
-        self._shards.clear()
-        for keys_file in sorted(self.dir.glob("shard-*.keys.json")):
-            vec_file = keys_file.with_name(keys_file.name.replace(".keys.json", ".npy"))
+    @staticmethod
+    def _open_shard(keys_file: Path) -> Tuple[List[str], np.ndarray]:
+        """Keys and memory-mapped rows of one shard; ValueError says what is wrong."""
+        vec_file = keys_file.with_name(keys_file.name.replace(".keys.json", ".npy"))
+        try:
+            meta = json.loads(keys_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{keys_file.name} is unreadable ({e})") from None
+        if isinstance(meta, list):  # first format: keys only
+            keys, expected = meta, None
+        elif isinstance(meta, dict) and isinstance(meta.get("keys"), list):
+            keys, expected = meta["keys"], meta
+        else:
+            raise ValueError(f"{keys_file.name} is not a shard keys file")
+        if expected is not None:
             try:
-                keys = json.loads(keys_file.read_text())
-                vecs = np.load(vec_file, mmap_mode="r")
-                if vecs.shape[0] != len(keys):
-                    raise ValueError(f"{len(keys)} keys for {vecs.shape[0]} rows")
-            except (OSError, ValueError) as e:
-                log.warning("embedding cache shard %s is unreadable (%s); it will be rebuilt", keys_file, e)
-                keys_file.unlink(missing_ok=True)
+                actual = sha256_file(vec_file)
+            except OSError as e:
+                raise ValueError(f"{vec_file.name} is unreadable ({e})") from None
+            if actual != expected.get("sha256"):
+                raise ValueError(f"{vec_file.name}: sha256 {actual[:12]}... does not match the recorded {str(expected.get('sha256'))[:12]}...")
+        try:
+            vecs = np.load(vec_file, mmap_mode="r")
+        except (OSError, ValueError, EOFError) as e:
+            raise ValueError(f"{vec_file.name} is unreadable ({e})") from None
+        if vecs.ndim != 2 or vecs.shape[0] != len(keys) or vecs.dtype != np.float32:
+            raise ValueError(f"{vec_file.name}: {len(keys)} keys for rows of shape {vecs.shape} {vecs.dtype}")
+        if expected is not None and (expected.get("rows"), expected.get("dim")) != vecs.shape:
+            raise ValueError(f"{vec_file.name}: shape {vecs.shape} differs from the recorded {expected.get('rows')} x {expected.get('dim')}")
+        return keys, vecs
+
+    def _load(self) -> None:
+        """Open (and verify) the shards not opened yet, including other processes' new ones."""
+        bad: List[Tuple[Path, str]] = []
+        for keys_file in sorted(self.dir.glob("shard-*.keys.json")):
+            if keys_file.name in self._opened:
+                continue
+            try:
+                keys, vecs = self._open_shard(keys_file)
+                if self._shards and vecs.shape[1] != self._shards[0].shape[1]:
+                    raise ValueError(f"width {vecs.shape[1]} differs from the other shards' {self._shards[0].shape[1]}")
+            except ValueError as e:
+                bad.append((keys_file, str(e)))
                 continue
             s = len(self._shards)
             self._shards.append(vecs)
+            self._opened.add(keys_file.name)
             for r, k in enumerate(keys):
                 self._index.setdefault(k, (s, r))
+        if bad:
+            self._drop_corrupt(bad)
+
+    def _drop_corrupt(self, bad: List[Tuple[Path, str]]) -> None:
+        """Remove shards that failed verification (re-checked under the lock, so a shard
+        another process has just rewritten is never removed)."""
+        with FileLock(str(self.dir / ".lock")):
+            for keys_file, reason in bad:
+                if not keys_file.exists():
+                    continue
+                try:
+                    self._open_shard(keys_file)
+                    continue  # fixed meanwhile by another process
+                except ValueError:
+                    pass
+                log.warning(
+                    "embedding cache shard %s failed verification (%s); removed, its rows will be re-encoded",
+                    keys_file, reason,
+                )
+                self.corrupt_shards += 1
+                keys_file.unlink(missing_ok=True)
+                keys_file.with_name(keys_file.name.replace(".keys.json", ".npy")).unlink(missing_ok=True)
 
     def _prefix(self, instruction: Optional[str]) -> str:
         """Queries are keyed with their instruction, documents without."""
@@ -112,24 +178,26 @@ class EmbeddingStore:
                     bar.update(len(chunk[s : s + step]))
             with lock:
                 self._write_shard([k for k, _ in chunk], np.concatenate(parts))
+            crash_point("embed_shard")
             self.encoded += len(chunk)
         if bar is not None:
             bar.close()
         self._load()
 
     def _write_shard(self, keys: List[str], vecs: np.ndarray) -> None:
-        existing = sorted(self.dir.glob("shard-*.keys.json"))
-        n = int(existing[-1].name.split("-")[1].split(".")[0]) + 1 if existing else 0
+        """Call with the store lock held: the vectors first, the keys file (with the
+        vectors' checksum) last, each atomically; the keys file makes the shard visible."""
+        # A `.npy` without a keys file is the leftover of a killed writer: overwritten.
+        numbers = [int(p.name.split("-")[1].split(".")[0]) for p in self.dir.glob("shard-*.keys.json")]
+        n = max(numbers) + 1 if numbers else 0
         base = self.dir / f"shard-{n:05d}"
-        tmp_vec = base.with_name(base.name + f".npy.tmp-{os.getpid()}")
-        with open(tmp_vec, "wb") as f:
-            np.save(f, np.ascontiguousarray(vecs, dtype=np.float32))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_vec, base.with_name(base.name + ".npy"))
-        tmp_keys = base.with_name(base.name + f".keys.json.tmp-{os.getpid()}")
-        tmp_keys.write_text(json.dumps(keys))
-        os.replace(tmp_keys, base.with_name(base.name + ".keys.json"))
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        buf = io.BytesIO()
+        np.save(buf, vecs)
+        data = buf.getvalue()
+        atomicio.write_bytes(base.with_name(base.name + ".npy"), data)
+        meta = {"format": 2, "rows": int(vecs.shape[0]), "dim": int(vecs.shape[1]), "sha256": hashlib.sha256(data).hexdigest(), "keys": keys}
+        atomicio.write_text(base.with_name(base.name + ".keys.json"), json.dumps(meta))
 
 
 def open_store(cache_dir: Path | str, cfg) -> EmbeddingStore:

@@ -42,6 +42,7 @@ class GraphStats:
     triples_kept: int = 0
     triples_wrong_length: int = 0
     triples_duplicate: int = 0
+    triples_non_string: int = 0
     relation_pairs_replaced_by_synonym: int = 0
     self_loops_dropped: int = 0
     passages_without_triples: int = 0
@@ -111,6 +112,7 @@ def build_edges(
         triples_kept=content.triple_stats.kept,
         triples_wrong_length=content.triple_stats.wrong_length,
         triples_duplicate=content.triple_stats.duplicates,
+        triples_non_string=content.triple_stats.non_string,
         passages_without_triples=sum(1 for t in content.chunk_triples if not t),
     )
 

@@ -15,6 +15,8 @@ class TripleStats:
     kept: int = 0
     wrong_length: int = 0
     duplicates: int = 0
+    # Triples of length 3 with a non-string element: str()'d like the reference, kept.
+    non_string: int = 0
 
 
 def clean_triples(raw: Sequence, dedup_before_normalise: bool = True, stats: TripleStats | None = None) -> List[Triple]:
@@ -32,6 +34,8 @@ def clean_triples(raw: Sequence, dedup_before_normalise: bool = True, stats: Tri
         if not isinstance(t, (list, tuple)) or len(t) != 3:
             stats.wrong_length += 1
             continue
+        if not all(isinstance(x, str) for x in t):
+            stats.non_string += 1
         as_str = tuple(str(x) for x in t)
         norm = tuple(normalise_phrase(x) for x in as_str)
         key = as_str if dedup_before_normalise else norm

@@ -6,14 +6,14 @@ corpus passages by the passage string.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from hipporag2 import atomicio
 from hipporag2.data.errors import DataError
 from hipporag2.data.loaders import Corpus, passage_string, read_json
+from hipporag2.data.validate import check_text, require_list, require_str, type_name
 from hipporag2.text import passage_id
 
 
@@ -38,34 +38,75 @@ class OpenIEImport:
     # File entries that match no corpus passage.
     unmatched: int
     path: str = ""
+    # Entries whose passage repeats an earlier entry (the first is used).
+    duplicates: int = 0
+    # Triples the graph stage will skip or coerce (counted again in graph_stats.json).
+    triples_not_three: int = 0
+    triples_non_string: int = 0
+
+
+@dataclass
+class ParseStats:
+    docs: int = 0
+    triples: int = 0
+    # not a list, or not exactly 3 elements: skipped by the graph stage (SPEC §2.2)
+    triples_not_three: int = 0
+    # exactly 3 elements but not all strings: str()'d as the reference does, and kept
+    triples_non_string: int = 0
 
 
 def _doc_passage(path, i, doc) -> str:
-    if "passage" in doc and isinstance(doc["passage"], str):
-        return doc["passage"]
+    rec = f"docs[{i}]"
+    if "passage" in doc and doc["passage"] is not None:
+        return require_str(path, rec, "passage", doc["passage"])
     if "title" in doc and "text" in doc:
-        return passage_string(doc["title"], doc["text"])
-    raise DataError(path, "needs 'passage' (or 'title' and 'text')", doc.get("idx", i), "passage")
+        return passage_string(require_str(path, rec, "title", doc["title"]), require_str(path, rec, "text", doc["text"]))
+    raise DataError(path, "needs 'passage' (or 'title' and 'text')", rec, "passage")
 
 
-def parse_openie(path: Path | str) -> List[Extraction]:
+def parse_openie(path: Path | str, stats: Optional[ParseStats] = None) -> List[Extraction]:
+    """Read an interchange-format file (SPEC §1); every malformed part is a DataError.
+
+    Triples are kept exactly as written: a triple that is not a list of three elements
+    is skipped by the graph stage and one with non-string elements is str()'d there
+    (both counted in `stats` here and in graph_stats.json). A bare non-list triple is
+    wrapped in a list so the graph stage counts it as the wrong length.
+    """
+    stats = stats if stats is not None else ParseStats()
     data = read_json(path)
     if not isinstance(data, dict) or "docs" not in data:
-        raise DataError(path, "expected an object with a 'docs' list (OpenIE interchange format)")
-    if not isinstance(data["docs"], list):
-        raise DataError(path, "expected a list", field="docs")
+        raise DataError(path, f"expected an object with a 'docs' list (OpenIE interchange format), got {type_name(data)}" + (" without 'docs'" if isinstance(data, dict) else ""))
+    docs = require_list(path, None, "docs", data["docs"])
     out = []
-    for i, doc in enumerate(data["docs"]):
+    for i, doc in enumerate(docs):
+        rec = f"docs[{i}]"
         if not isinstance(doc, dict):
-            raise DataError(path, "expected an object", f"docs[{i}]")
+            raise DataError(path, f"expected an object, got {type_name(doc)}", rec)
         passage = _doc_passage(path, i, doc)
-        ents = doc.get("extracted_entities", []) or []
-        triples = doc.get("extracted_triples", []) or []
-        if not isinstance(ents, list):
-            raise DataError(path, "expected a list of strings", f"docs[{i}]", "extracted_entities")
-        if not isinstance(triples, list):
-            raise DataError(path, "expected a list of [s, p, o] lists", f"docs[{i}]", "extracted_triples")
-        out.append(Extraction(passage=passage, entities=list(ents), triples=[t if isinstance(t, list) else [t] for t in triples]))
+        if doc.get("idx") is not None:
+            require_str(path, rec, "idx", doc["idx"], "a 'chunk-...' id string")
+        ents = doc.get("extracted_entities")
+        triples = doc.get("extracted_triples")
+        ents = [] if ents is None else require_list(path, rec, "extracted_entities", ents, "a list of strings")
+        triples = [] if triples is None else require_list(path, rec, "extracted_triples", triples, "a list of [s, p, o] lists")
+        for j, e in enumerate(ents):
+            if isinstance(e, str):
+                check_text(path, rec, f"extracted_entities[{j}]", e)
+        kept = []
+        for j, t in enumerate(triples):
+            stats.triples += 1
+            if not isinstance(t, list):
+                t = [t]
+            if len(t) != 3:
+                stats.triples_not_three += 1
+            elif not all(isinstance(x, str) for x in t):
+                stats.triples_non_string += 1
+            for k, x in enumerate(t):
+                if isinstance(x, str):
+                    check_text(path, rec, f"extracted_triples[{j}][{k}]", x)
+            kept.append(t)
+        stats.docs += 1
+        out.append(Extraction(passage=passage, entities=list(ents), triples=kept))
     return out
 
 
@@ -73,15 +114,22 @@ def import_openie(path: Path | str, corpus: Corpus) -> OpenIEImport:
     """Match a file's extractions to the corpus by passage string (hence by `chunk-` id)."""
     by_id: Dict[str, Extraction] = {}
     corpus_ids = {passage_id(s) for s in corpus.strings}
-    unmatched = 0
-    for ex in parse_openie(path):
+    unmatched = duplicates = 0
+    stats = ParseStats()
+    for ex in parse_openie(path, stats):
         pid = ex.idx
         if pid not in corpus_ids:
             unmatched += 1
             continue
-        by_id.setdefault(pid, ex)
+        if pid in by_id:
+            duplicates += 1
+            continue
+        by_id[pid] = ex
     missing = [s for s in corpus.strings if passage_id(s) not in by_id]
-    return OpenIEImport(by_passage_id=by_id, missing=missing, unmatched=unmatched, path=str(path))
+    return OpenIEImport(
+        by_passage_id=by_id, missing=missing, unmatched=unmatched, path=str(path), duplicates=duplicates,
+        triples_not_three=stats.triples_not_three, triples_non_string=stats.triples_non_string,
+    )
 
 
 def _avg(values: Sequence[float]) -> float:
@@ -106,9 +154,4 @@ def write_openie(path: Path | str, extractions: Sequence[Extraction]) -> None:
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomicio.write_json(path, payload, indent=None)

@@ -1,0 +1,159 @@
+"""Crash-safe file writes: every artefact appears whole or not at all.
+
+A file is written to a temp name beside its target (same folder, so the rename
+cannot cross file systems), flushed and fsynced, renamed over the target, and the
+folder is fsynced so the rename itself survives a power cut. A process killed at
+any point leaves either the old file or the new one, plus at most a stray
+`*.tmp-PID` file that `remove_stale_temps` cleans up.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+TMP_MARK = ".tmp-"
+
+
+def tmp_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+
+
+def fsync_dir(path: Path | str) -> None:
+    """Make a rename inside `path` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: Path | str, data: bytes) -> None:
+    path = Path(path)
+    tmp = tmp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text(path: Path | str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path | str, obj: Any, indent: int | None = 2) -> None:
+    write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False))
+
+
+def write_jsonl(path: Path | str, rows: Iterable[Any]) -> None:
+    path = Path(path)
+    tmp = tmp_path(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def sha256_file(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(folder: Path | str, prefix: str = "", any_pid: bool = False) -> int:
+    """Delete `PREFIX*.tmp-PID` files/folders in `folder` left by killed writers.
+
+    With `any_pid=False` only those whose process is gone on this machine; pass
+    `any_pid=True` when the caller holds the lock that every writer of these names
+    takes (then every such temp is a leftover, whichever host wrote it).
+    """
+    import shutil
+
+    folder = Path(folder)
+    n = 0
+    if not folder.is_dir():
+        return 0
+    for p in folder.iterdir():
+        name = p.name
+        if TMP_MARK not in name or not name.startswith(prefix):
+            continue
+        pid = name.rsplit(TMP_MARK, 1)[1]
+        if not pid.isdigit() or (not any_pid and _pid_alive(int(pid))):
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+# ---- fault injection for crash tests ---------------------------------------------------
+# HIPPORAG2_CRASH_AT="name" or "name:N" kills this process with SIGKILL the N-th time
+# (default 1st) execution passes `crash_point("name")`. Unset (always, outside tests),
+# a crash point is one dictionary lookup.
+_crash_hits: dict = {}
+
+
+def _crash_target() -> tuple[str, int] | None:
+    spec = os.environ.get("HIPPORAG2_CRASH_AT")
+    if not spec:
+        return None
+    name, _, n = spec.partition(":")
+    return name, int(n) if n.isdigit() else 1
+
+
+def crash_hit(name: str) -> bool:
+    """Count a pass through crash point `name`; True when this pass is the one to crash
+    at (the caller may then leave something half-done and call `crash_now()`)."""
+    target = _crash_target()
+    if target is None or target[0] != name:
+        return False
+    _crash_hits[name] = _crash_hits.get(name, 0) + 1
+    return _crash_hits[name] == target[1]
+
+
+def crash_now() -> None:
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_point(name: str) -> None:
+    if crash_hit(name):
+        crash_now()

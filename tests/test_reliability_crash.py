@@ -1,0 +1,310 @@
+"""Crash safety: a run killed with SIGKILL anywhere resumes and ends identical.
+
+Real runs of the CLI (`hipporag2.cli.main()` with a full command line: Hydra, the
+pipeline, MiniLM, igraph) on a 30-passage corpus with an imported OpenIE file. Every
+run is killed with SIGKILL, at each named write boundary of the pipeline
+(`HIPPORAG2_CRASH_AT`) and at random moments inside each stage (several seeds), and
+then restarted; the run that finally completes must leave `retrieval.jsonl` and
+`graph_stats.json` byte-identical to an uninterrupted run in a separate cache.
+
+Starting Python, torch and sentence-transformers costs ~20 s per process on a busy
+CPU, so the runs are forked from a "zygote" process (this file run as a script) that
+has imported them once; each child then executes exactly what `python -m
+hipporag2.cli ARGS` executes. The uninterrupted reference run is a genuine
+`python -m hipporag2.cli` subprocess.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+# ---- a small invented corpus with its OpenIE file -------------------------------------
+
+
+def write_tiny_dataset(out: Path, n_people: int = 10) -> None:
+    people = ["Arlen Voss", "Bryn Calder", "Cora Linden", "Dace Morrow", "Elin Farrow",
+              "Fenn Ashby", "Gale Thorne", "Hale Brisk", "Ione Mercer", "Jory Wade"][:n_people]
+    cities = ["Marrowick", "Port Linnet", "Halden", "Sallowmere", "Kessvale",
+              "Dornholt", "Brisk", "Vessany Falls", "Quill", "Orrin"][:n_people]
+    countries = ["Vessany", "Taloria", "Northmark", "Eskerland", "Valdour"]
+    jobs = ["painter", "engineer", "poet", "astronomer", "chemist", "architect", "composer", "sculptor", "botanist", "cartographer"]
+    n = len(people)
+    corpus, docs, queries = [], [], []
+
+    def add(title, text, triples):
+        corpus.append({"title": title, "text": text})
+        ents = sorted({t[0] for t in triples} | {t[2] for t in triples})
+        # older interchange format (title/text, no idx), as the shared GPT-3.5 file
+        docs.append({"title": title, "text": text, "extracted_entities": ents, "extracted_triples": triples})
+
+    for i, p in enumerate(people):
+        teacher = people[(i + 3) % n]
+        add(p, f"{p} was a {jobs[i]} born in {cities[i]}. {p} studied under {teacher}.",
+            [[p, "born in", cities[i]], [p, "occupation", jobs[i]], [p, "studied under", teacher]])
+    for i, c in enumerate(cities):
+        add(c, f"{c} is a town in {countries[i % 5]} on the river {c[:3]}wash.",
+            [[c, "located in", countries[i % 5]], [c, "lies on", f"river {c[:3]}wash"]])
+    for i, k in enumerate(countries):
+        add(k, f"{k} is a country whose capital is {cities[(i * 2 + 1) % n]}.", [[k, "capital", cities[(i * 2 + 1) % n]]])
+    for i in range(5):
+        add(f"Festival {i}", f"The festival of {cities[i]} honours {people[i]}.",
+            [[f"festival {i}", "held in", cities[i]], [f"festival {i}", "honours", people[i]]])
+    for i, p in enumerate(people):
+        queries.append({"id": f"q{i}", "question": f"In which country was {p} born?", "answer": countries[i % 5],
+                        "paragraphs": [{"title": p, "paragraph_text": corpus[i]["text"], "is_supporting": True},
+                                       {"title": cities[i], "paragraph_text": corpus[n + i]["text"], "is_supporting": True}]})
+    for i in range(4):
+        queries.append({"id": f"r{i}", "question": f"Who taught the person born in {cities[i]}?", "answer": people[(i + 3) % n],
+                        "paragraphs": [{"title": people[i], "paragraph_text": corpus[i]["text"]}]})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tiny.json").write_text(json.dumps(queries))
+    (out / "tiny_corpus.json").write_text(json.dumps(corpus))
+    (out / "tiny_openie.json").write_text(json.dumps({"docs": docs, "avg_ent_chars": 9.0, "avg_ent_words": 1.5}))
+
+
+def cli_args(data: Path, cache: Path, run_dir: Path) -> list[str]:
+    return [
+        "dataset=demo", "dataset.name=tiny", "dataset.file_stem=tiny", f"data_dir={data}",
+        f"openie.import_path={data / 'tiny_openie.json'}", "embedding=minilm",
+        "retrieval=hipporag2", "retrieval.filter=none", "retrieval.query_batch_size=4",
+        f"cache_dir={cache}", f"run_dir={run_dir}", "progress=false",
+    ]
+
+
+def child_env() -> dict:
+    # One torch thread: on a small shared machine spinning OpenMP threads cost far more
+    # than they gain for 30 passages (and every run uses the same setting).
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.pop("HIPPORAG2_CRASH_AT", None)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+# ---- the zygote ---------------------------------------------------------------------
+
+
+def zygote_main() -> None:
+    """Import the heavy libraries once, then fork one child per request on stdin.
+
+    Request (one JSON line): {"argv": [...], "env": {...}}. Replies: {"pid": PID} when
+    the child starts and {"pid": PID, "status": exit code or -signal} when it ends.
+    """
+    import hydra  # noqa: F401
+    import igraph  # noqa: F401
+    import sentence_transformers  # noqa: F401
+    import torch  # noqa: F401
+
+    import hipporag2.cli  # noqa: F401
+    import hipporag2.pipeline  # noqa: F401
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the child: exactly `python -m hipporag2.cli ARGS`
+            code = 0
+            try:
+                os.environ.update(req.get("env", {}))
+                devnull = os.open(os.devnull, os.O_RDWR)
+                os.dup2(devnull, 0)
+                os.dup2(2, 1)  # stdout is the reply pipe: the child's prints go to the log
+                sys.argv = ["hipporag2"] + req["argv"]
+                from hipporag2.cli import main
+
+                main()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                import logging
+
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        print(json.dumps({"pid": pid, "status": code}), flush=True)
+
+
+class Zygote:
+    def __init__(self, log_path: Path):
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.log, text=True, env=child_env(), cwd=str(REPO),
+        )
+        self.ready = False
+
+    def _ready(self) -> None:
+        if not self.ready:
+            line = self.proc.stdout.readline()
+            assert line and json.loads(line).get("ready"), "zygote did not start (see zygote.log)"
+            self.ready = True
+
+    def start(self, argv, env=None) -> int:
+        self._ready()
+        self.proc.stdin.write(json.dumps({"argv": argv, "env": env or {}}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["pid"]
+
+    def wait(self) -> int:
+        return json.loads(self.proc.stdout.readline())["status"]
+
+    def run(self, argv, env=None) -> int:
+        self.start(argv, env)
+        return self.wait()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+# ---- the test -----------------------------------------------------------------------
+
+# Write boundaries in pipeline order; a killed run restarts and is killed at the next.
+# ("embed_shard" twice: passages, then (in the restarted process) phrases.)
+CRASH_CHAIN = [
+    "data_loaded",
+    "embed_shard",
+    "embed_shard",
+    "index_files_written",  # all index files written, manifest not yet
+    "index_saved",
+    "retriever_ready",
+    "retrieval_block",  # first block appended to the checkpoint
+    "retrieval_torn_write:2",  # half a line of the next block on disk
+    "retrieval_written",
+    "before_metrics",
+    "metrics_written",  # before the checkpoint is removed
+]
+
+
+def _outputs(run_dir: Path) -> tuple[bytes, bytes]:
+    return (run_dir / "retrieval.jsonl").read_bytes(), (run_dir / "graph_stats.json").read_bytes()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_for(pred, pid: int, timeout: float, poll: float = 0.02) -> bool:
+    """Until `pred()` holds (True) or the process has gone or time is up (False)."""
+    end = time.time() + timeout
+    while time.time() < end and _alive(pid):
+        if pred():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def test_sigkill_anywhere_resumes_to_identical_outputs(tmp_path):
+    data = tmp_path / "data"
+    write_tiny_dataset(data)
+    zygote = Zygote(tmp_path / "zygote.log")  # imports while the reference runs
+    try:
+        # 1. Uninterrupted reference: a genuine `python -m hipporag2.cli` process.
+        #    It also carries credentials in llm.base_url and a key in the environment,
+        #    which must not reach Hydra's saved config, the log or metrics.json.
+        ref_dir = tmp_path / "ref"
+        secrets = ("sk-reliabilitytest0123456789", "urlpassword42", "env-key-value-9876")
+        url = f"https://user:{secrets[1]}@llm.example.invalid/v1?api_key={secrets[0]}"
+        t0 = time.time()
+        proc = subprocess.run(
+            [sys.executable, "-m", "hipporag2.cli", *cli_args(data, tmp_path / "cache_ref", ref_dir), f"llm.base_url='{url}'"],
+            cwd=str(REPO), env=dict(child_env(), OPENAI_API_KEY=secrets[2]), capture_output=True, text=True, timeout=600,
+        )
+        ref_wall = time.time() - t0
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        saved = [ref_dir / "run.log", ref_dir / "metrics.json", *sorted((ref_dir / ".hydra").glob("*.yaml"))]
+        assert len(saved) == 5
+        for f in saved:
+            assert not any(s in f.read_text() for s in secrets), f"a secret leaked into {f}"
+        assert "https://***@llm.example.invalid/v1?api_key=***" in (ref_dir / ".hydra" / "config.yaml").read_text()
+        ref = _outputs(ref_dir)
+        assert not (ref_dir / "retrieval.partial.jsonl").exists()
+        ref_metrics = json.loads((ref_dir / "metrics.json").read_text())
+        stage_s = ref_metrics["timings"]
+
+        # 2. Killed at every write boundary in turn, each restart resuming the last.
+        chain_dir, chain_cache = tmp_path / "chain", tmp_path / "cache_chain"
+        argv = cli_args(data, chain_cache, chain_dir)
+        for point in CRASH_CHAIN:
+            status = zygote.run(argv, {"HIPPORAG2_CRASH_AT": point})
+            assert status == -signal.SIGKILL, f"crash point {point!r} was not reached (exit {status}); see {tmp_path}/zygote.log"
+        assert zygote.run(argv) == 0
+        assert _outputs(chain_dir) == ref
+        assert not (chain_dir / "retrieval.partial.jsonl").exists()
+        log = (chain_dir / "run.log").read_text()
+        assert "queries already done, resuming" in log
+        assert "index cache hit" in log
+        assert not list(chain_dir.glob("*.tmp-*"))
+        metrics = json.loads((chain_dir / "metrics.json").read_text())
+        assert metrics["recall@5"] == ref_metrics["recall@5"]
+
+        # 3. Killed from outside at random moments of each stage (several seeds): wait
+        #    for the stage's marker (written by this process), then SIGKILL after a
+        #    random fraction of the time the stage took in the reference run.
+        def new_log(d: Path, offset: int) -> str:
+            p = d / "run.log"
+            return p.read_text()[offset:] if p.exists() else ""
+
+        def fresh(p: Path, t: float) -> bool:
+            return p.exists() and p.stat().st_mtime >= t
+
+        markers = {
+            "index": (lambda d, t, off: "building index" in new_log(d, off), stage_s.get("index_build", 2.0)),
+            "retrieval": (lambda d, t, off: fresh(d / "graph_stats.json", t), stage_s.get("retrieval", 1.0)),
+        }
+        total_kills = 0
+        for seed in range(3):
+            rng = random.Random(seed)
+            run_dir, cache = tmp_path / f"rand{seed}", tmp_path / f"cache_rand{seed}"
+            argv = cli_args(data, cache, run_dir)
+            kills = 0
+            for stage, (marker, duration) in markers.items():
+                log_offset = len((run_dir / "run.log").read_text()) if (run_dir / "run.log").exists() else 0
+                t_start = time.time() - 0.01
+                pid = zygote.start(argv)
+                if _wait_for(lambda: marker(run_dir, t_start, log_offset), pid, timeout=ref_wall + 60):
+                    time.sleep(rng.uniform(0, min(duration, 5.0)))
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                status = zygote.wait()
+                kills += status == -signal.SIGKILL
+                assert status in (0, -signal.SIGKILL), f"seed {seed} stage {stage}: exit {status}; see {tmp_path}/zygote.log"
+            assert zygote.run(argv) == 0
+            assert _outputs(run_dir) == ref, f"seed {seed}: outputs differ after {kills} kills"
+            total_kills += kills
+        assert total_kills >= 2, "the random kills mostly came after the runs had finished"
+    finally:
+        zygote.close()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["zygote"]:
+    zygote_main()
