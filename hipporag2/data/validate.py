@@ -120,9 +120,9 @@ def validate_filter_program(path: Path | str) -> Dict[str, Any]:
 
     Accepted layouts: `{"prog": {...predictor...}, "metadata": {...}}`, the predictor
     object itself, or a DSPy state save that names the predictor by attribute path.
-    A predictor holds `demos` (a list of objects with `question` (string),
+    A predictor holds `demos` (a list of objects; those with all of `question` (string),
     `fact_before_filter` and `fact_after_filter` (a JSON string `{"fact": [[s, p, o], ...]}`
-    or that value already parsed)), and `system` (string) and/or `signature`
+    or that value already parsed) are used, others skipped), and `system` (string) and/or `signature`
     (`{"instructions": string, "fields": [...]}`); at least one of a non-empty system
     message or instructions must be present.
     """
@@ -140,9 +140,10 @@ def validate_filter_program(path: Path | str) -> Dict[str, Any]:
         for i, demo in enumerate(demos):
             loc = f"{prefix}demos[{i}]"
             require_dict(path, None, loc, demo)
-            for name in _DEMO_FIELDS:
-                if name not in demo:
-                    raise DataError(path, "missing field", None, f"{loc}.{name}")
+            if not all(name in demo for name in _DEMO_FIELDS):
+                # DSPy saves plain training examples beside augmented demos; a demo
+                # without all three fields is skipped by the filter, not an error.
+                continue
             require_str(path, None, f"{loc}.question", demo["question"])
             for name in _DEMO_FIELDS[1:]:
                 value = demo[name]

@@ -8,12 +8,11 @@ decimal. Per-question rows go to `run_dir/qa.jsonl`.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
+from hipporag2.atomicio import write_jsonl
 from hipporag2.evaluate.metrics import exact_match, token_f1
 from hipporag2.llm.base import ChatRequest
 from hipporag2.qa import prompts
@@ -34,13 +33,6 @@ def extract_answer(text: str) -> Tuple[str, bool]:
         return text[pos + len(MARKER) :].strip(), True
     return text.strip(), False
 
-
-def _write_jsonl(path: Path, rows: Sequence[Dict]) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
@@ -85,7 +77,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         rows.append(row)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(run_dir / "qa.jsonl", rows)
+    write_jsonl(run_dir / "qa.jsonl", rows)
     n = len(rows)
     metrics = {
         "qa_em": round(100.0 * sum(ems) / n, 1) if n else 0.0,

@@ -138,12 +138,11 @@ def program_from_dict(data: Any, path: str = "") -> FilterProgram:
 
 
 def load_program(path: Optional[str | Path] = None) -> FilterProgram:
+    """Read and validate a saved program; problems raise DataError naming the file and field."""
+    from hipporag2.data.validate import validate_filter_program
+
     p = Path(path) if path else DEFAULT_PROGRAM
-    if not p.is_file():
-        raise FileNotFoundError(f"filter program {p} not found (retrieval.filter_program)")
-    with open(p, encoding="utf-8") as f:
-        data = json.load(f)
-    return program_from_dict(data, str(p))
+    return program_from_dict(validate_filter_program(p), str(p))
 
 
 def user_message(question: str, facts_before: str) -> str:
