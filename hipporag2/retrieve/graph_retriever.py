@@ -151,15 +151,21 @@ class GraphRetriever:
         return self._link_ner(questions)
 
     # ---- retrieval -----------------------------------------------------------------
+    def link_and_dense(self, queries: Sequence[Query]) -> Tuple[np.ndarray, List[Tuple[List[Tuple[int, float]], Dict]]]:
+        """The parts of retrieval that do not depend on damping or passage_node_weight:
+        min-max normalised dense scores (q, n_passages) and, per query, (phrase seeds
+        [(phrase_idx, weight)], details) from linking (and the fact filter, if any)."""
+        questions = [q.question for q in queries]
+        dense = dense_scores(self.store, self.index.passage_emb, questions, self.progress)
+        return dense, self._link(questions)
+
     def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
         cfg, idx = self.cfg, self.index
         results: List[RetrievalResult] = []
         starts = range(0, len(queries), cfg.query_batch_size)
         for start in starts:
             block = queries[start : start + cfg.query_batch_size]
-            questions = [q.question for q in block]
-            dense = dense_scores(self.store, idx.passage_emb, questions, self.progress)
-            links = self._link(questions)
+            dense, links = self.link_and_dense(block)
             resets, graph_rows = [], []
             for r, (seeds, details) in enumerate(links):
                 pseeds = (

@@ -1,0 +1,317 @@
+"""`hipporag2-sweep`: a damping x passage_node_weight grid of HippoRAG 2 runs in one process.
+
+    hipporag2-sweep --damping 0.3,0.5,0.7,0.85 --passage-node-weight 0.01,0.05,0.1,0.3,0.5 \\
+        --out DIR [hydra-style overrides...]
+
+Data, OpenIE, embeddings and the graph are loaded once (from the cache, like a normal
+run); query embedding, fact linking and the fact filter run once per query. The PPR
+part is solved for all grid points together: the unnormalised solution y of
+y = r + d A y is linear in the reset r, and a reset is r = p + w s (p: phrase seeds,
+s: min-max dense scores on passage vertices, w: passage_node_weight), so one solve of
+p and one of s per damping give every w: PPR = (y_p + w y_s) / sum(y_p + w y_s); all
+dampings share one multi-shift CG run (`BatchedSolver.solve_unnormalised`).
+
+Each grid point gets a run folder DIR/d{damping}_w{weight}/ with the files of a normal
+run (retrieval.jsonl, metrics.json, graph_stats.json, and a .hydra/ folder with
+config.yaml, overrides.yaml and hydra.yaml, which `hipporag2-report` reads), and
+DIR/sweep.json holds the recall grid and timings.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from hipporag2.config import Config, ConfigError, validate
+from hipporag2.data.errors import DataError
+from hipporag2.data.loaders import Query
+from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.retrieve.scoring import rank_desc
+from hipporag2.retrieve.seeds import passage_seed_vector, reset_vector
+
+log = logging.getLogger("hipporag2")
+
+Point = Tuple[float, float]  # (damping, passage_node_weight)
+
+
+def parse_floats(text: str, name: str) -> List[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{name}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ConfigError(f"{name}: no values given")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{name}: repeated values in {text!r}")
+    return values
+
+
+def check_sweepable(cfg) -> None:
+    """The sweep is HippoRAG 2 with passage nodes: the only method whose resets mix in
+    passage_node_weight linearly (without passage nodes the weight does nothing)."""
+    r = cfg.retrieval if isinstance(cfg, Config) else cfg
+    if r.method != "hipporag2" or not r.passage_nodes:
+        raise ConfigError(
+            f"hipporag2-sweep sweeps HippoRAG 2 with passage nodes (retrieval.method=hipporag2, "
+            f"retrieval.passage_nodes=true); got retrieval.method={r.method!r}, retrieval.passage_nodes={r.passage_nodes!r}"
+        )
+
+
+def point_dir_name(d: float, w: float) -> str:
+    return f"d{d:g}_w{w:g}"
+
+
+def solve_grid(
+    retriever,
+    solver,
+    queries: Sequence[Query],
+    dampings: Sequence[float],
+    weights: Sequence[float],
+    block_size: Optional[int] = None,
+    timings=None,
+) -> Dict[Point, List[RetrievalResult]]:
+    """Results of `GraphRetriever.retrieve` for every (damping, weight) point.
+
+    `retriever` is a GraphRetriever with passage nodes (only its linking and dense
+    scores are used); `solver` has `solve_unnormalised` (a BatchedSolver on
+    `retriever.index.graph()`). Queries go in blocks of `block_size` (default
+    retrieval.query_batch_size), as in `retrieve`.
+    """
+    from contextlib import nullcontext
+
+    cfg, idx = retriever.cfg, retriever.index
+    check_sweepable(cfg)
+    if not retriever.with_passage_nodes:
+        raise ConfigError("hipporag2-sweep needs a retriever with passage nodes")
+    stage = timings.stage if timings is not None else (lambda name: nullcontext())
+    block_size = block_size or cfg.query_batch_size
+    n_ph = idx.n_phrases
+    out: Dict[Point, List[RetrievalResult]] = {(d, w): [] for d in dampings for w in weights}
+    for start in range(0, len(queries), block_size):
+        block = queries[start : start + block_size]
+        with stage("link"):
+            dense, links = retriever.link_and_dense(block)
+        # Phrase part p and passage part s of each graph query's reset: r(w) = p + w s.
+        P, S, graph_rows = [], [], []
+        for r, (seeds, _details) in enumerate(links):
+            if not seeds:
+                continue  # dense fallback at every point
+            s = passage_seed_vector(dense[r], 1.0, cfg.passage_seed_top_k)
+            P.append(reset_vector(n_ph, seeds, np.zeros(idx.n_passages)))
+            S.append(reset_vector(n_ph, [], s))
+            graph_rows.append(r)
+        m = len(graph_rows)
+        if m:
+            with stage("ppr_solve"):
+                Y = solver.solve_unnormalised(np.vstack(P + S), list(dampings))  # (k, 2m, n)
+            sum_p, sum_s = Y[:, :m].sum(axis=2), Y[:, m:].sum(axis=2)  # (k, m)
+            pass_p, pass_s = Y[:, :m, n_ph:], Y[:, m:, n_ph:]
+            del Y
+        P_arr = np.array(P) if m else np.zeros((0, idx.n_phrases + idx.n_passages))
+        S_arr = np.array(S) if m else P_arr
+        with stage("rank"):
+            for k, d in enumerate(dampings):
+                for w in weights:
+                    # the fallback test of `retrieve`: does the reset p + w s have a positive entry?
+                    has_mass = np.any(P_arr > 0, axis=1) | np.any(S_arr * w > 0, axis=1)
+                    row_of = {r: i for i, r in enumerate(graph_rows) if has_mass[i]}
+                    results = out[(d, w)]
+                    for r, q in enumerate(block):
+                        seeds, details = links[r]
+                        details = dict(details)
+                        details["seed_phrases"] = [[idx.phrases[i], float(x)] for i, x in seeds]
+                        if r in row_of:
+                            i = row_of[r]
+                            scores = (pass_p[k, i] + w * pass_s[k, i]) / (sum_p[k, i] + w * sum_s[k, i])
+                            details["fallback"] = False
+                        else:
+                            scores = dense[r]
+                            details["fallback"] = True
+                        order = rank_desc(scores, cfg.retrieval_top_k)
+                        results.append(RetrievalResult(q.id, order.tolist(), [float(scores[i]) for i in order], details))
+    return out
+
+
+# ---- the command -----------------------------------------------------------------
+
+
+def _write_hydra_dir(run_dir: Path, cfg: Config, overrides: List[str]) -> None:
+    """What `hipporag2-report` reads from a Hydra run: composed config, overrides, cwd."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from hipporag2 import atomicio
+    from hipporag2.redact import redact, redact_obj
+
+    hydra_dir = run_dir / ".hydra"
+    hydra_dir.mkdir(parents=True, exist_ok=True)
+    config = redact_obj(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    atomicio.write_text(hydra_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    atomicio.write_text(hydra_dir / "overrides.yaml", yaml.safe_dump([redact(o) for o in overrides], sort_keys=False))
+    hydra = {"hydra": {"runtime": {"cwd": os.getcwd()}, "written_by": "hipporag2-sweep"}}
+    atomicio.write_text(hydra_dir / "hydra.yaml", yaml.safe_dump(hydra, sort_keys=False))
+
+
+def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], out_dir: Path, overrides: Sequence[str]) -> Dict:
+    from hipporag2.data.loaders import check_gold_in_corpus
+    from hipporag2.data.validate import check_input_paths
+    from hipporag2.embed.store import open_store
+    from hipporag2.evaluate.metrics import mean_recall
+    from hipporag2.pipeline import (
+        LazyLLM, Timings, _input_files, _provenance, dataset_paths, load_dataset, make_retriever, write_json, write_jsonl,
+    )
+    from hipporag2.redact import install_log_redaction, redact_obj
+    from hipporag2.retrieve.ppr import BatchedSolver
+
+    t_start = time.perf_counter()
+    install_log_redaction(cfg.llm.api_key_env)
+    check_sweepable(cfg)
+    for d in dampings:
+        if not 0.0 <= d < 1.0:
+            raise ConfigError(f"--damping: {d} is outside [0, 1)")
+    for w in weights:
+        if w < 0:
+            raise ConfigError(f"--passage-node-weight: {w} is negative")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timings = Timings()
+    report: Dict = {}
+    check_input_paths(cfg)
+    with timings.stage("load_data"):
+        corpus, queries = load_dataset(cfg)
+    qpath, cpath = dataset_paths(cfg)
+    data_files = _input_files(cfg, qpath, cpath)
+    cov = check_gold_in_corpus(queries, corpus)
+    store = open_store(cfg.cache_dir, cfg.embedding)
+    llm = LazyLLM(cfg)
+    # The retriever is used for linking and dense scores only; its own solver is unused.
+    link_cfg = replace(cfg, retrieval=replace(cfg.retrieval, ppr_solver="prpack"))
+    retriever, index = make_retriever(link_cfg, corpus, store, llm, report, timings)
+    with timings.stage("solver_setup"):
+        solver = BatchedSolver(index.graph())
+    with timings.stage("retrieval"):
+        grid = solve_grid(retriever, solver, queries, dampings, weights, cfg.retrieval.query_batch_size, timings)
+    shared = dict(timings.seconds)
+
+    strings = corpus.strings
+    points = []
+    recall_grid: Dict[str, List[List[float]]] = {}
+    for d in dampings:
+        for w in weights:
+            t0 = time.perf_counter()
+            results = grid[(d, w)]
+            pcfg = replace(cfg, retrieval=replace(cfg.retrieval, damping=d, passage_node_weight=w, ppr_solver="batched"))
+            run_dir = out_dir / point_dir_name(d, w)
+            pcfg = replace(pcfg, run_dir=str(run_dir))
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _write_hydra_dir(run_dir, pcfg, list(overrides) + [f"retrieval.damping={d:g}", f"retrieval.passage_node_weight={w:g}"])
+            write_json(run_dir / "graph_stats.json", index.stats)
+            rows = []
+            for q, r in zip(queries, results):
+                row = {
+                    "id": q.id,
+                    "question": q.question,
+                    "ranked": [
+                        {"title": corpus.passages[i].title, "corpus_idx": corpus.passages[i].corpus_idx, "score": s}
+                        for i, s in zip(r.ranked, r.scores)
+                    ],
+                }
+                row.update(r.details)
+                rows.append(row)
+            write_jsonl(run_dir / "retrieval.jsonl", rows)
+            recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)
+            if llm.usage():
+                report["llm_usage"] = llm.usage()
+            metrics = {
+                "dataset": cfg.dataset.name,
+                "method": cfg.retrieval.name,
+                "n_queries": len(queries),
+                **recall,
+                "gold_passages": cov.n_gold,
+                "gold_passages_missing_from_corpus": cov.n_missing,
+                "queries_without_gold": len(cov.queries_without_gold),
+                "corpus_passages": len(corpus),
+                "corpus_duplicates_skipped": corpus.duplicates,
+                "dense_fallbacks": sum(1 for r in results if r.details.get("fallback")),
+                "embedded_this_run": store.encoded,
+                "embedding_shards_corrupt_rebuilt": store.corrupt_shards,
+                "retrieval_resumed_queries": 0,
+                **report,
+                "retrieval.damping": d,
+                "retrieval.passage_node_weight": w,
+                "sweep": {"dir": str(out_dir), "points": len(dampings) * len(weights), "shared_timings": "timings are for the whole sweep, shared by its points"},
+                "timings": {**shared, "write_point": round(time.perf_counter() - t0, 3)},
+                "provenance": _provenance(pcfg, qpath, cpath, data_files),
+            }
+            write_json(run_dir / "metrics.json", redact_obj(metrics))
+            points.append({"damping": d, "passage_node_weight": w, "run_dir": str(run_dir), **recall,
+                           "dense_fallbacks": metrics["dense_fallbacks"]})
+    for k in cfg.recall_k:
+        key = f"recall@{k}"
+        by = {(p["damping"], p["passage_node_weight"]): p.get(key) for p in points}
+        recall_grid[key] = [[by[(d, w)] for w in weights] for d in dampings]
+    wall = round(time.perf_counter() - t_start, 3)
+    summary = {
+        "dataset": cfg.dataset.name,
+        "method": cfg.retrieval.name,
+        "n_queries": len(queries),
+        "dampings": list(dampings),
+        "passage_node_weights": list(weights),
+        "grid_rows": "damping",
+        "grid_columns": "passage_node_weight",
+        "recall": recall_grid,
+        "points": points,
+        "timings": {**shared, "total": wall},
+        "overrides": list(overrides),
+    }
+    write_json(out_dir / "sweep.json", redact_obj(summary))
+    return summary
+
+
+def format_grid(summary: Dict, metric: str = "recall@5") -> str:
+    ws, ds = summary["passage_node_weights"], summary["dampings"]
+    lines = [f"{metric}: damping \\ passage_node_weight".ljust(34) + "".join(f"{w:>8g}" for w in ws)]
+    for d, row in zip(ds, summary["recall"].get(metric, [])):
+        lines.append(f"{d:<34g}" + "".join(f"{v:>8.1f}" for v in row))
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="hipporag2-sweep",
+        description="HippoRAG 2 over a damping x passage_node_weight grid, index loaded once, all points solved together.",
+    )
+    parser.add_argument("--damping", required=True, help="comma-separated dampings, e.g. 0.3,0.5,0.7,0.85")
+    parser.add_argument("--passage-node-weight", required=True, help="comma-separated weights, e.g. 0.01,0.05,0.1")
+    parser.add_argument("--out", required=True, help="sweep folder: one run folder per point, and sweep.json")
+    parser.add_argument("overrides", nargs="*", help="Hydra-style overrides, as for `hipporag2`")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    try:
+        for o in args.overrides:
+            key = o.split("=", 1)[0].lstrip("+~")
+            if key in ("retrieval.damping", "retrieval.passage_node_weight"):
+                raise ConfigError(f"{o!r}: the swept settings are given by --damping / --passage-node-weight")
+        dampings = parse_floats(args.damping, "--damping")
+        weights = parse_floats(args.passage_node_weight, "--passage-node-weight")
+        from hipporag2.cli import compose
+
+        cfg = compose(args.overrides)
+        summary = run_sweep(cfg, dampings, weights, Path(args.out), args.overrides)
+    except (ConfigError, DataError) as e:
+        log.error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(format_grid(summary))
+    print(f"timings (s): {summary['timings']}")
+    print(f"sweep folder: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
