@@ -6,7 +6,7 @@
 # MODEL defaults to a small instruct model that fits one GPU (any Hugging Face id or
 # local folder vLLM can load); TP is the tensor-parallel size. Needs `pip install vllm`
 # in .venv (`make setup` first) and the model weights (online, or HF_HOME pre-filled).
-# It runs OpenIE -> NV-Embed-free MiniLM embeddings -> graph -> HippoRAG 2 with the
+# It runs OpenIE -> MiniLM embeddings -> graph -> HippoRAG 2 with the
 # LLM filter -> QA, then the dense baseline, and prints both rows of metrics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
