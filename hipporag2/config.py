@@ -60,6 +60,11 @@ class OpenIEConfig:
     output_path: Optional[str] = None
     # Fail when a corpus passage has no extraction in the imported file.
     require_complete: bool = False
+    # Fresh extraction only: output limits of the NER and the triple step (None: llm.max_new_tokens),
+    # and passages per checkpoint (None: 64).
+    ner_max_new_tokens: Optional[int] = None
+    triples_max_new_tokens: Optional[int] = None
+    chunk_size: Optional[int] = None
 
 
 @dataclass

@@ -40,13 +40,17 @@ class LLMConfig:
     # transformers backend
     device: str = "cpu"
     batch_size: int = 4
-    # torch intra-op threads on CPU (None = torch's default). On a shared or
-    # busy machine 1 thread can be 10x faster than oversubscribed spinning.
+    # torch intra-op threads on CPU. None (or 0): chosen when the model loads, from
+    # the cores and the load average (see transformers_backend.resolve_cpu_threads);
+    # on a shared or busy machine 1 thread can be 10x faster than oversubscribed spinning.
     cpu_threads: Optional[int] = None
     # Dequantize a local GGUF file once into a float32 HF folder (loads in <1 s
     # instead of ~30 s); the folder lives under model_cache_dir, else
     # $HIPPORAG2_MODEL_CACHE, else ~/.cache/hipporag2/models.
     gguf_convert: bool = True
+    # Run the token prefix shared by a call's prompts (system message and few-shot
+    # examples) through the model once and reuse its key/value cache for every row.
+    share_prompt_prefix: bool = True
     model_cache_dir: Optional[str] = None
     # What to do when a request fails permanently: record | stop
     on_failure: str = "record"

@@ -42,6 +42,7 @@ class _Pending:
     max_new_tokens: int
     temperature: float
     seed: int
+    json_schema: str | None = None  # from response_format; decoded under its grammar
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: str | None = None
@@ -96,7 +97,8 @@ class Batcher:
             for (temperature, seed), items in groups.items():
                 try:
                     gens = self.llm.complete_batch(
-                        [i.messages for i in items], [i.max_new_tokens for i in items], temperature, seed
+                        [i.messages for i in items], [i.max_new_tokens for i in items], temperature, seed,
+                        json_schemas=[i.json_schema for i in items],
                     )
                     for item, gen in zip(items, gens):
                         item.result = gen
@@ -124,6 +126,30 @@ def _content_text(content: Any) -> str:
     raise BadRequest("message content must be a string or a list of text parts")
 
 
+def schema_of(response_format: Any) -> str | None:
+    """JSON schema text for an OpenAI `response_format` (None for plain text).
+
+    `{"type": "json_schema", "json_schema": {"schema": {...}, ...}}` uses the schema;
+    `{"type": "json_object"}` asks for any JSON object.
+    """
+    if not response_format:
+        return None
+    if not isinstance(response_format, dict):
+        raise BadRequest("'response_format' must be an object")
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return json.dumps({"type": "object"})
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise BadRequest("response_format.json_schema.schema must be a JSON schema object")
+        return json.dumps(schema, sort_keys=True)
+    raise BadRequest(f"unsupported response_format type {kind!r} (text | json_object | json_schema)")
+
+
 def parse_request(body: dict[str, Any], cfg: LLMConfig) -> _Pending:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -140,12 +166,14 @@ def parse_request(body: dict[str, Any], cfg: LLMConfig) -> _Pending:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or cfg.max_new_tokens
     temperature = body.get("temperature")
     seed = body.get("seed")
+    json_schema = schema_of(body.get("response_format"))
     try:
         pending = _Pending(
             messages=tuple(msgs),
             max_new_tokens=int(max_tokens),
             temperature=float(cfg.temperature if temperature is None else temperature),
             seed=int(cfg.seed if seed is None else seed),
+            json_schema=json_schema,
         )
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"bad parameter: {exc}") from None
@@ -202,9 +230,12 @@ def make_handler(batcher: Batcher, cfg: LLMConfig, served_name: str) -> type[Bas
             except (ValueError, BadRequest) as exc:
                 self._error(400, str(exc), "invalid_request_error")
                 return
-            if body.get("response_format") and not warned_format.is_set():
+            if pending.json_schema and not warned_format.is_set():
                 warned_format.set()
-                log.warning("response_format is ignored: this server decodes unconstrained")
+                from hipporag2.llm import constrained
+
+                if not constrained.available():
+                    log.warning("response_format is ignored: xgrammar is not installed")
             batcher.submit(pending)
             if pending.error is not None:
                 status = 400 if pending.client_error else 500

@@ -44,19 +44,33 @@ DEFAULT_CHUNK_SIZE = 64
 EXTRACT_FORMAT = 1
 
 
-def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg) -> str:
+def step_limits(llm_cfg, openie_cfg=None) -> Tuple[int, int]:
+    """max_new_tokens of the NER and the triple step (openie.*_max_new_tokens, else llm.max_new_tokens)."""
+    ner = getattr(openie_cfg, "ner_max_new_tokens", None) or llm_cfg.max_new_tokens
+    tri = getattr(openie_cfg, "triples_max_new_tokens", None) or llm_cfg.max_new_tokens
+    return int(ner), int(tri)
+
+
+def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg, openie_cfg=None) -> str:
     """Hash of everything that changes the extraction of this corpus."""
+    decoding = {
+        "temperature": llm_cfg.temperature,
+        "max_new_tokens": llm_cfg.max_new_tokens,
+        "seed": llm_cfg.seed,
+        "constrained_decoding": llm_cfg.constrained_decoding,
+    }
+    ner, tri = step_limits(llm_cfg, openie_cfg)
+    # Entered only when they differ from the defaults, so older keys stay valid.
+    if (ner, tri) != (llm_cfg.max_new_tokens,) * 2:
+        decoding["step_max_new_tokens"] = [ner, tri]
+    if llm_cfg.constrained_decoding:
+        decoding["schemas"] = digest([prompts.NER_SCHEMA, prompts.TRIPLE_SCHEMA])
     return digest(
         {
             "format": EXTRACT_FORMAT,
             "corpus": corpus_digest(corpus_strings),
             "model": model_id,
-            "decoding": {
-                "temperature": llm_cfg.temperature,
-                "max_new_tokens": llm_cfg.max_new_tokens,
-                "seed": llm_cfg.seed,
-                "constrained_decoding": llm_cfg.constrained_decoding,
-            },
+            "decoding": decoding,
             "prompt": prompts.PROMPT_VERSION,
         }
     )
@@ -104,11 +118,17 @@ class _Counts:
         self.reasons[k] = self.reasons.get(k, 0) + 1
 
 
-def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bool, counts: _Counts) -> List[Tuple[Extraction, bool]]:
-    """(extraction, complete) per passage; complete=False when an LLM request failed."""
+def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bool, counts: _Counts,
+                   limits: Tuple[Optional[int], Optional[int]] = (None, None)) -> List[Tuple[Extraction, bool]]:
+    """(extraction, complete) per passage; complete=False when an LLM request failed.
+
+    `limits`: max_new_tokens of the NER and the triple requests (None: the LLM's default).
+    """
+    ner_limit, triple_limit = limits
     ner_schema = prompts.NER_SCHEMA if constrained else None
     ner_out = llm.generate(
-        [ChatRequest(messages=prompts.ner_messages(p), json_schema=ner_schema) for p in passages],
+        [ChatRequest(messages=prompts.ner_messages(p), max_new_tokens=ner_limit, json_schema=ner_schema)
+         for p in passages],
         stage="openie_ner",
         progress=progress,
     )
@@ -131,7 +151,8 @@ def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bo
     triple_schema = prompts.TRIPLE_SCHEMA if constrained else None
     todo = [i for i in range(len(passages)) if not failed[i]]
     triple_out = llm.generate(
-        [ChatRequest(messages=prompts.triple_messages(passages[i], entities[i]), json_schema=triple_schema) for i in todo],
+        [ChatRequest(messages=prompts.triple_messages(passages[i], entities[i]), max_new_tokens=triple_limit,
+                     json_schema=triple_schema) for i in todo],
         stage="openie_triples",
         progress=progress,
     )
@@ -165,7 +186,7 @@ def extract_corpus(
 ) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id (every corpus passage), and the key naming them."""
     strings = corpus.strings
-    key = extraction_key(strings, llm.model_id, cfg.llm)
+    key = extraction_key(strings, llm.model_id, cfg.llm, cfg.openie)
     explicit = bool(cfg.openie.output_path)
     path = Path(cfg.openie.output_path) if explicit else default_output_path(cfg, key)
     chunk_size = int(chunk_size or getattr(cfg.openie, "chunk_size", None) or DEFAULT_CHUNK_SIZE)
@@ -199,7 +220,8 @@ def extract_corpus(
         failed_ex: Dict[str, Extraction] = {}
         for c0 in range(0, len(todo), chunk_size):
             chunk = todo[c0 : c0 + chunk_size]
-            results = _extract_chunk(llm, [strings[i] for i in chunk], constrained, cfg.progress, counts)
+            results = _extract_chunk(llm, [strings[i] for i in chunk], constrained, cfg.progress, counts,
+                                     step_limits(cfg.llm, cfg.openie))
             for i, (ex, complete) in zip(chunk, results):
                 if complete:
                     done[corpus_ids[i]] = ex

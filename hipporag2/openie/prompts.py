@@ -123,11 +123,20 @@ def query_ner_messages(question: str) -> Messages:
 
 
 # --- JSON schemas for constrained decoding (used only when llm.constrained_decoding) ---
+# Tight bounds keep a small model's answers short and well formed: at most
+# MAX_ENTITIES entities and MAX_TRIPLES triples, each triple exactly three non-empty
+# strings, no string longer than MAX_STRING characters. A backend that ignores a
+# keyword (e.g. maxLength) still gets valid JSON of the same shape.
+MAX_ENTITIES = 10
+MAX_TRIPLES = 8
+MAX_STRING = 48
+
+_STRING = {"type": "string", "minLength": 1, "maxLength": MAX_STRING}
 
 NER_SCHEMA = json.dumps(
     {
         "type": "object",
-        "properties": {"named_entities": {"type": "array", "items": {"type": "string"}}},
+        "properties": {"named_entities": {"type": "array", "items": _STRING, "maxItems": MAX_ENTITIES}},
         "required": ["named_entities"],
         "additionalProperties": False,
     },
@@ -140,7 +149,8 @@ TRIPLE_SCHEMA = json.dumps(
         "properties": {
             "triples": {
                 "type": "array",
-                "items": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3},
+                "items": {"type": "array", "items": _STRING, "minItems": 3, "maxItems": 3},
+                "maxItems": MAX_TRIPLES,
             }
         },
         "required": ["triples"],
