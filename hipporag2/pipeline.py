@@ -396,6 +396,41 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
+def retrieval_rows(queries, results, corpus: Corpus) -> List[Dict]:
+    """The lines of retrieval.jsonl: id, question, ranked passages, retriever details."""
+    rows = []
+    for q, r in zip(queries, results):
+        row = {
+            "id": q.id,
+            "question": q.question,
+            "ranked": [
+                {"title": corpus.passages[i].title, "corpus_idx": corpus.passages[i].corpus_idx, "score": s}
+                for i, s in zip(r.ranked, r.scores)
+            ],
+        }
+        row.update(r.details)
+        rows.append(row)
+    return rows
+
+
+def run_metrics(cfg: Config, queries, corpus: Corpus, cov, results, store, recall: Dict) -> Dict:
+    """The part of metrics.json shared by a single run and each point of a sweep."""
+    return {
+        "dataset": cfg.dataset.name,
+        "method": cfg.retrieval.name,
+        "n_queries": len(queries),
+        **recall,
+        "gold_passages": cov.n_gold,
+        "gold_passages_missing_from_corpus": cov.n_missing,
+        "queries_without_gold": len(cov.queries_without_gold),
+        "corpus_passages": len(corpus),
+        "corpus_duplicates_skipped": corpus.duplicates,
+        "dense_fallbacks": sum(1 for r in results if r.details.get("fallback")),
+        "embedded_this_run": store.encoded,
+        "embedding_shards_corrupt_rebuilt": store.corrupt_shards,
+    }
+
+
 def run(cfg: Config) -> Dict:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -440,19 +475,7 @@ def _run(cfg: Config, run_dir: Path) -> Dict:
     ckpt = RetrievalCheckpoint(run_dir / PARTIAL, retrieval_key(cfg, data_files, report), [q.id for q in queries], block)
     results, resumed = retrieve_checkpointed(retriever, queries, ckpt, timings)
     strings = corpus.strings
-    rows = []
-    for q, r in zip(queries, results):
-        row = {
-            "id": q.id,
-            "question": q.question,
-            "ranked": [
-                {"title": corpus.passages[i].title, "corpus_idx": corpus.passages[i].corpus_idx, "score": s}
-                for i, s in zip(r.ranked, r.scores)
-            ],
-        }
-        row.update(r.details)
-        rows.append(row)
-    write_jsonl(run_dir / "retrieval.jsonl", rows)
+    write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
     crash_point("retrieval_written")
     with timings.stage("evaluate"):
         recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)
@@ -464,18 +487,7 @@ def _run(cfg: Config, run_dir: Path) -> Dict:
     if llm.usage():
         report["llm_usage"] = llm.usage()
     metrics = {
-        "dataset": cfg.dataset.name,
-        "method": cfg.retrieval.name,
-        "n_queries": len(queries),
-        **recall,
-        "gold_passages": cov.n_gold,
-        "gold_passages_missing_from_corpus": cov.n_missing,
-        "queries_without_gold": len(cov.queries_without_gold),
-        "corpus_passages": len(corpus),
-        "corpus_duplicates_skipped": corpus.duplicates,
-        "dense_fallbacks": sum(1 for r in results if r.details.get("fallback")),
-        "embedded_this_run": store.encoded,
-        "embedding_shards_corrupt_rebuilt": store.corrupt_shards,
+        **run_metrics(cfg, queries, corpus, cov, results, store, recall),
         "retrieval_resumed_queries": resumed,
         **report,
         "timings": timings.seconds,

@@ -165,7 +165,8 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     from hipporag2.embed.store import open_store
     from hipporag2.evaluate.metrics import mean_recall
     from hipporag2.pipeline import (
-        LazyLLM, Timings, _input_files, _provenance, dataset_paths, load_dataset, make_retriever, write_json, write_jsonl,
+        LazyLLM, Timings, _input_files, _provenance, dataset_paths, load_dataset, make_retriever, retrieval_rows,
+        run_metrics, write_json, write_jsonl,
     )
     from hipporag2.redact import install_log_redaction, redact_obj
     from hipporag2.retrieve.ppr import BatchedSolver
@@ -212,35 +213,12 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
             run_dir.mkdir(parents=True, exist_ok=True)
             _write_hydra_dir(run_dir, pcfg, list(overrides) + [f"retrieval.damping={d:g}", f"retrieval.passage_node_weight={w:g}"])
             write_json(run_dir / "graph_stats.json", index.stats)
-            rows = []
-            for q, r in zip(queries, results):
-                row = {
-                    "id": q.id,
-                    "question": q.question,
-                    "ranked": [
-                        {"title": corpus.passages[i].title, "corpus_idx": corpus.passages[i].corpus_idx, "score": s}
-                        for i, s in zip(r.ranked, r.scores)
-                    ],
-                }
-                row.update(r.details)
-                rows.append(row)
-            write_jsonl(run_dir / "retrieval.jsonl", rows)
+            write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
             recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)
             if llm.usage():
                 report["llm_usage"] = llm.usage()
             metrics = {
-                "dataset": cfg.dataset.name,
-                "method": cfg.retrieval.name,
-                "n_queries": len(queries),
-                **recall,
-                "gold_passages": cov.n_gold,
-                "gold_passages_missing_from_corpus": cov.n_missing,
-                "queries_without_gold": len(cov.queries_without_gold),
-                "corpus_passages": len(corpus),
-                "corpus_duplicates_skipped": corpus.duplicates,
-                "dense_fallbacks": sum(1 for r in results if r.details.get("fallback")),
-                "embedded_this_run": store.encoded,
-                "embedding_shards_corrupt_rebuilt": store.corrupt_shards,
+                **run_metrics(cfg, queries, corpus, cov, results, store, recall),
                 "retrieval_resumed_queries": 0,
                 **report,
                 "retrieval.damping": d,
