@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from hipporag2.config import Config, ConfigError, register_configs, validate
@@ -64,6 +66,35 @@ def format_metrics(metrics: dict, ks=(1, 2, 5, 10, 20)) -> str:
     if "qa_em" in metrics:
         extra = f"\nQA: EM {metrics['qa_em']:.1f}  F1 {metrics['qa_f1']:.1f}"
     return head + "\n" + row + extra
+
+
+class RedactSweepFiles(Callback):
+    """Masks secrets in a multirun's `multirun.yaml`, which holds every override as typed.
+
+    Hydra writes that file in the sweeping process after `on_multirun_start` and before
+    any job starts. A job cannot recompute the sweep folder (its name interpolates the
+    job's own overrides), so the sweeping process passes it on in the environment,
+    which local and SLURM jobs inherit, and every job start and the sweep's end mask it.
+    """
+
+    ENV = "HIPPORAG2_SWEEP_DIR"
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        os.environ[self.ENV] = str(Path(config.hydra.sweep.dir).absolute())
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        self._redact(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        self._redact(config)
+
+    def _redact(self, config: DictConfig) -> None:
+        from hipporag2.redact import redact_file, register_key_env
+
+        sweep_dir = os.environ.get(self.ENV)
+        if sweep_dir:
+            register_key_env(OmegaConf.select(config, "llm.api_key_env", default=None))
+            redact_file(Path(sweep_dir) / "multirun.yaml")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")

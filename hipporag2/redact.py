@@ -14,7 +14,9 @@ or a log line, and is masked here:
 `hipporag2` loggers (filters must sit on handlers: a logger's own filters do not see
 records propagated from child loggers). `redact_obj` masks every string in a JSON-like
 object (used for metrics.json); `redact_hydra_dir` rewrites Hydra's saved
-`.hydra/*.yaml` files.
+`.hydra/*.yaml` files, and `redact_file` the sweep folder's `multirun.yaml` (written
+by Hydra before any job starts, so each job masks it again; the rewrite is atomic
+and idempotent).
 """
 from __future__ import annotations
 
@@ -139,21 +141,25 @@ def install_log_redaction(extra_env: Optional[str] = None) -> int:
     return n
 
 
-def redact_hydra_dir(run_dir: Path | str) -> List[str]:
-    """Rewrite `.hydra/*.yaml` in a run directory with secrets masked; returns the files changed."""
+def redact_file(path: Path | str) -> bool:
+    """Rewrite one text file with secrets masked (atomically); True if it changed."""
     from hipporag2 import atomicio
 
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    clean = redact(text)
+    if clean == text:
+        return False
+    atomicio.write_text(path, clean)
+    return True
+
+
+def redact_hydra_dir(run_dir: Path | str) -> List[str]:
+    """Rewrite `.hydra/*.yaml` in a run directory with secrets masked; returns the files changed."""
     hydra_dir = Path(run_dir) / ".hydra"
-    changed = []
     if not hydra_dir.is_dir():
-        return changed
-    for f in sorted(hydra_dir.glob("*.yaml")):
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        clean = redact(text)
-        if clean != text:
-            atomicio.write_text(f, clean)
-            changed.append(str(f))
-    return changed
+        return []
+    return [str(f) for f in sorted(hydra_dir.glob("*.yaml")) if redact_file(f)]

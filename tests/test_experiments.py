@@ -123,10 +123,13 @@ def test_launcher_configs():
 @pytest.mark.slow
 def test_multirun_jobs_write_into_their_own_run_dir(tmp_path):
     """`hipporag2 -m` (BM25 on the demo corpus: no model) puts each job's files and its
-    .hydra/ in the folder a single run with the same overrides would use."""
+    .hydra/ in the folder a single run with the same overrides would use. A password in
+    llm.base_url reaches neither the sweep's multirun.yaml nor any job's files."""
     exe = [sys.executable, "-m", "hipporag2.cli"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    common = ["retrieval=bm25", "progress=false", f"cache_dir={tmp_path / 'cache'}"]
+    secret = "multirunpassword77"
+    common = ["retrieval=bm25", "progress=false", f"cache_dir={tmp_path / 'cache'}",
+              f"llm.base_url='https://user:{secret}@llm.example.invalid/v1'"]
     out = subprocess.run(exe + ["-m", "retrieval.retrieval_top_k=5,10"] + common, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     jobs = sorted(p.parent for p in (tmp_path / "runs" / "demo").glob("*/metrics.json"))
@@ -134,7 +137,12 @@ def test_multirun_jobs_write_into_their_own_run_dir(tmp_path):
     for job in jobs:
         assert (job / ".hydra" / "overrides.yaml").is_file() and (job / "run.log").is_file()
         assert (job / "retrieval.jsonl").is_file()
-    assert len(list((tmp_path / "runs" / "multirun").glob("*/multirun.yaml"))) == 1
+    sweep_files = list((tmp_path / "runs" / "multirun").glob("*/multirun.yaml"))
+    assert len(sweep_files) == 1
+    assert "https://***@llm.example.invalid/v1" in sweep_files[0].read_text()
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".yaml", ".json", ".log", ".jsonl")
+              and secret in p.read_text(errors="replace")]
+    assert not leaked, leaked
     single = subprocess.run(exe + ["retrieval.retrieval_top_k=10"] + common, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-2000:]
     assert len(list((tmp_path / "runs" / "demo").glob("*/metrics.json"))) == 2  # same folder as the sweep's job
