@@ -431,6 +431,20 @@ def run_metrics(cfg: Config, queries, corpus: Corpus, cov, results, store, recal
     }
 
 
+def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
+    """The query-time LLM stages' answer counts (questions, unparsable answers, failed
+    calls), for metrics.json: a filter that mostly failed to parse would otherwise look
+    like a weak filter. They cover the queries retrieved by this process (a resumed run
+    does not re-ask for the checkpointed ones)."""
+    out = {}
+    for key, part in (("filter_stats", getattr(retriever, "fact_filter", None)),
+                      ("query_ner_stats", getattr(retriever, "query_ner", None))):
+        stats = getattr(part, "stats", None)
+        if stats:
+            out[key] = dict(stats)
+    return out
+
+
 def run(cfg: Config) -> Dict:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -474,6 +488,7 @@ def _run(cfg: Config, run_dir: Path) -> Dict:
     block = cfg.retrieval.query_batch_size
     ckpt = RetrievalCheckpoint(run_dir / PARTIAL, retrieval_key(cfg, data_files, report), [q.id for q in queries], block)
     results, resumed = retrieve_checkpointed(retriever, queries, ckpt, timings)
+    report.update(llm_stage_stats(retriever))
     strings = corpus.strings
     write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
     crash_point("retrieval_written")

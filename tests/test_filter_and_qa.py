@@ -217,6 +217,12 @@ def test_filter_with_smollm2(smol_setup):
         assert len(k) <= cfg.retrieval.linking_top_k and len(set(k)) == len(k)
         assert all(0 <= i < len(cands) for i in k)
     assert f.stats["questions"] == 2
+    # what a run copies into metrics.json
+    from types import SimpleNamespace
+
+    from hipporag2.pipeline import llm_stage_stats
+
+    assert llm_stage_stats(SimpleNamespace(fact_filter=f, query_ner=None)) == {"filter_stats": f.stats}
     # A question without candidates costs no request and keeps nothing.
     assert f.select(["q"], [[]]) == [[]] and llm.requests_sent - sent == 2
 

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from filelock import FileLock
 
+from hipporag2 import atomicio
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Corpus
 from hipporag2.llm.base import ChatRequest
@@ -214,7 +215,7 @@ def extract_corpus(
             log.info("OpenIE checkpoint %s: %d of %d passages already extracted, %d to go", path, resumed, len(strings), len(todo))
         else:
             log.info("OpenIE: extracting %d passages with %s into %s", len(todo), llm.model_id, path)
-        _key_file(path).write_text(key + "\n", encoding="utf-8")
+        atomicio.write_text(_key_file(path), key + "\n")
 
         failed_ids: List[str] = []
         failed_ex: Dict[str, Extraction] = {}
