@@ -216,3 +216,35 @@ def test_checkpoint_resume_torn_tail_and_foreign_key(tmp_path):
     r = CountingRetriever()
     _, done = retrieve_checkpointed(r, queries[:5], RetrievalCheckpoint(path, "OTHER", ids[:5], 3), Timings())
     assert done == 0 and r.seen == ids[:5]
+
+
+# ---- the SQLite LLM response cache ------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["garbage", "torn_page"])
+def test_damaged_llm_cache_is_moved_aside_and_restarted(tmp_path, damage, caplog):
+    from hipporag2.llm.cache import CachedResponse, ResponseCache
+
+    path = tmp_path / "llm" / "responses.sqlite"
+    cache = ResponseCache(path)
+    cache.put_many("m", {f"k{i}": CachedResponse("x" * 3000 + str(i), 10, 20) for i in range(200)})
+    assert cache.get("k7").text.endswith("7")
+    cache._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    cache.close()
+    data = bytearray(path.read_bytes())
+    if damage == "garbage":
+        data = bytearray(b"not a database at all" * 100)
+    else:  # scribble over the middle of a b-tree page: SQLite's own checks see it
+        mid = len(data) // 2 // 4096 * 4096
+        data[mid : mid + 4096] = bytes(range(256)) * 16
+    path.write_bytes(bytes(data))
+
+    with caplog.at_level(logging.WARNING, logger="hipporag2.llm.cache"):
+        fresh = ResponseCache(path)
+    assert "is damaged" in caplog.text and str(path) in caplog.text
+    moved = list(path.parent.glob("responses.sqlite.corrupt-*"))
+    assert [m.name for m in moved if not m.name.endswith(("-wal", "-shm"))], moved
+    assert len(fresh) == 0 and fresh.get("k7") is None  # nothing read from the damaged file
+    fresh.put_many("m", {"k7": CachedResponse("again", 1, 1)})
+    fresh.close()
+    assert ResponseCache(path).get("k7").text == "again"  # the new file is sound

@@ -7,17 +7,23 @@ that serve the same model.  WAL journaling lets one process read while
 another writes, and a busy timeout makes concurrent writers (two workers
 sharing a cache directory) wait for each other instead of failing.  Each
 `put_many` is one transaction, so a crash never leaves half a batch behind.
+A damaged file (a disk error, a copy cut short) fails SQLite's `quick_check` when
+opened; it is moved aside as `NAME.corrupt-TIMESTAMP` (with its WAL) and a fresh
+cache is started, so the run re-asks the model instead of dying or reading garbage.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+log = logging.getLogger("hipporag2.llm.cache")
 
 # Bump when the key recipe changes, so that old entries are never misread.
 _KEY_VERSION = 1
@@ -85,14 +91,38 @@ class ResponseCache:
         # One connection guarded by a lock: simpler than a pool, and SQLite
         # serialises writers anyway.
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            str(self.path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+        self._busy_timeout_s = busy_timeout_s
+        try:
+            self._conn = self._open()
+        except sqlite3.DatabaseError as e:
+            self._conn = self._open_fresh(str(e))
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            str(self.path), timeout=self._busy_timeout_s, check_same_thread=False, isolation_level=None
         )
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            self._conn.execute(_SCHEMA)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(map(str, problems[:3])))
+            conn.execute(_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_fresh(self, why: str) -> sqlite3.Connection:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        moved = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            part = Path(str(self.path) + suffix)
+            if part.exists():
+                part.replace(Path(str(moved) + suffix))
+        log.warning("LLM response cache %s is damaged (%s); moved it to %s and started an empty one", self.path, why, moved)
+        return self._open()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
         unique = list(dict.fromkeys(keys))
