@@ -98,6 +98,22 @@ def test_mixed_batch_of_schemas_and_free_text(llm):
     assert [r.text for r in out] == [g.text for g in gens]
 
 
+def test_filter_answer_keeps_only_candidate_facts(llm):
+    from hipporag2.retrieve.filter_llm import build_messages, fact_schema, load_program, parse_filter_answer
+
+    cands = [("Velmora", "capital", "Istrenne"), ("Istrenne", "lies on", "River Ambrel"),
+             ("Tower of Saint Ilbra", "located in", "Istrenne")]
+    schema = fact_schema(cands)
+    req = ChatRequest(messages=build_messages(load_program(), "Which river flows through the capital of Velmora?", cands),
+                      max_new_tokens=LIMIT, json_schema=schema)
+    (resp,) = llm.generate([req], stage="filter", progress=False)
+    value = _valid(resp.text, schema)
+    assert all(tuple(f) in cands for f in value["fact"]) and len(value["fact"]) <= len(cands)
+    assert resp.output_tokens < LIMIT and resp.text.rstrip().endswith("}")
+    facts, ok, _ = parse_filter_answer(resp.text)
+    assert ok and [tuple(f) for f in facts] == [tuple(f) for f in value["fact"]]
+
+
 def test_shared_prefix_changes_no_output(llm):
     convs = [prompts.ner_messages(PASSAGE_A), prompts.ner_messages(PASSAGE_B)]
     shared = llm.complete_batch(convs, [12, 12])

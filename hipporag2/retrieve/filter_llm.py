@@ -44,15 +44,26 @@ DEFAULT_FIELD_DESCRIPTIONS = {
     "fact_before_filter": "candidate facts retrieved for the question",
     "fact_after_filter": "the candidate facts that help answer the question, as JSON",
 }
-FACT_SCHEMA = json.dumps(
-    {
-        "type": "object",
-        "properties": {"fact": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}},
-        "required": ["fact"],
-        "additionalProperties": False,
-    },
-    sort_keys=True,
-)
+def fact_schema(candidates: Sequence[Sequence[str]]) -> str:
+    """JSON schema of a filter answer for these candidates (constrained decoding only).
+
+    The filter may only keep candidate facts, so each item is one of them verbatim
+    (`enum`) and there are at most as many items as candidates: a small model can
+    neither invent a fact nor run on to `max_new_tokens`. The paper's runs decode
+    unconstrained and map the model's facts back by string similarity, which stays
+    the path for every answer (`map_to_candidates`).
+    """
+    unique = [list(c) for c in dict.fromkeys(tuple(c) for c in candidates)]
+    return json.dumps(
+        {
+            "type": "object",
+            "properties": {"fact": {"type": "array", "items": {"enum": unique}, "maxItems": len(unique)}},
+            "required": ["fact"],
+            "additionalProperties": False,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
 
 
 def marker(name: str) -> str:
@@ -226,10 +237,10 @@ class LLMFactFilter:
     def select(self, questions: Sequence[str], candidates: Sequence[Sequence[Tuple[str, str, str]]]) -> List[List[int]]:
         out: List[List[int]] = [[] for _ in questions]
         todo = [i for i, c in enumerate(candidates) if len(c) > 0]
-        schema = FACT_SCHEMA if self.constrained else None
         requests = [
             ChatRequest(messages=build_messages(self.program, questions[i], candidates[i]),
-                        max_new_tokens=self.max_new_tokens, json_schema=schema)
+                        max_new_tokens=self.max_new_tokens,
+                        json_schema=fact_schema(candidates[i]) if self.constrained else None)
             for i in todo
         ]
         responses = self.llm.generate(requests, stage="filter", progress=self.progress) if requests else []
