@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_ppr                   # MuSiQue-sized, as in results/perf
     python -m benchmarks.bench_ppr --scale 0.05 --queries 100 --sweep-ref-queries 10
+    python -m benchmarks.bench_ppr --skip-sweep      # (a) and its check only
 
 (a) 1,000 queries at the paper's setting (damping 0.5, passage_node_weight 0.05):
     prpack per query (igraph converts the graph for prpack on every call, as in the
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--ref-queries", type=int, default=None, help="prpack queries in (a); default all")
     ap.add_argument("--sweep-ref-queries", type=int, default=50, help="queries timed per sweep point for the extrapolated rows")
+    ap.add_argument("--skip-sweep", action="store_true", help="only (a) and its agreement check")
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--chunk", type=int, default=128, help="queries per solver call (bounds memory)")
@@ -131,37 +133,36 @@ def main(argv: list[str] | None = None) -> None:
         log(f"(a) {rows.stop}/{Q}: ours {ours_a.wall:.1f}s, prpack {ref_a.wall:.1f}s on {min(rows.stop, n_ref)}")
 
     # ---- (b) damping x passage_node_weight sweep -----------------------------------
-    ours_b = Clock()
-    agree_b = Agreement()
+    ours_b, ref_b, per_point_b, agree_b, agree_pp = Clock(), Clock(), Clock(), Agreement(), Agreement()
     n_sub = min(Q, args.sweep_ref_queries)
-    sub_ours = {}  # (d, w) -> our swept scores on the timed subset, for (c)
-    for s in range(0, Q, args.chunk):
-        rows = slice(s, min(s + args.chunk, Q))
-        with ours_b:
-            phrase = qs.resets(0.0, rows)
-            passage = qs.resets(1.0, rows) - phrase
-            Y = solver.solve_unnormalised(np.concatenate([phrase, passage]), DAMPINGS)
-            m = len(phrase)
-            for k, d in enumerate(DAMPINGS):
-                for w in PNWS:
-                    y = Y[k, :m] + w * Y[k, m:]
-                    x = y / y.sum(axis=1, keepdims=True)
-                    top = np.argsort(x[:, n_phrase:], axis=1, kind="stable")[:, ::-1][:, :TOP]  # what a run keeps
-                    if s < n_sub:
-                        sub_ours[(d, w)] = x[: n_sub - s].copy()
-        log(f"(b) ours {rows.stop}/{Q}: {ours_b.wall:.1f}s")
-    del top
-    ref_b, per_point_b, agree_pp = Clock(), Clock(), Agreement()
-    for d in DAMPINGS:
-        for w in PNWS:
-            R = qs.resets(w, slice(0, n_sub))
-            with ref_b:
-                ref = PrpackSolver(g).solve(R, d)
-            with per_point_b:
-                pp = solver.solve(R, d)
-            agree_b.add(ref, sub_ours[(d, w)], n_phrase, f"(b) d={d} w={w}")
-            agree_pp.add(ref, pp, n_phrase, f"(b, per point) d={d} w={w}")
-        log(f"(b) prpack subset d={d}: {ref_b.wall:.1f}s")
+    if not args.skip_sweep:
+        sub_ours = {}  # (d, w) -> our swept scores on the timed subset, for (c)
+        for s in range(0, Q, args.chunk):
+            rows = slice(s, min(s + args.chunk, Q))
+            with ours_b:
+                phrase = qs.resets(0.0, rows)
+                passage = qs.resets(1.0, rows) - phrase
+                Y = solver.solve_unnormalised(np.concatenate([phrase, passage]), DAMPINGS)
+                m = len(phrase)
+                for k, d in enumerate(DAMPINGS):
+                    for w in PNWS:
+                        y = Y[k, :m] + w * Y[k, m:]
+                        x = y / y.sum(axis=1, keepdims=True)
+                        top = np.argsort(x[:, n_phrase:], axis=1, kind="stable")[:, ::-1][:, :TOP]  # what a run keeps
+                        if s < n_sub:
+                            sub_ours[(d, w)] = x[: n_sub - s].copy()
+            log(f"(b) ours {rows.stop}/{Q}: {ours_b.wall:.1f}s")
+        del top
+        for d in DAMPINGS:
+            for w in PNWS:
+                R = qs.resets(w, slice(0, n_sub))
+                with ref_b:
+                    ref = PrpackSolver(g).solve(R, d)
+                with per_point_b:
+                    pp = solver.solve(R, d)
+                agree_b.add(ref, sub_ours[(d, w)], n_phrase, f"(b) d={d} w={w}")
+                agree_pp.add(ref, pp, n_phrase, f"(b, per point) d={d} w={w}")
+            log(f"(b) prpack subset d={d}: {ref_b.wall:.1f}s")
     load1 = os.getloadavg()
 
     # ---- report ----------------------------------------------------------------------
@@ -169,8 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     ref_q = ref_a.wall / max(n_ref, 1)
     ours_q = ours_a.wall / Q
     amort_q = (ours_a.wall + prep.wall) / Q
-    ref_sweep = ref_b.wall / n_sub * Q
-    pp_sweep = per_point_b.wall / n_sub * Q
+    ref_sweep = ref_b.wall / max(n_sub, 1) * Q
+    pp_sweep = per_point_b.wall / max(n_sub, 1) * Q
     ours_sweep = ours_b.wall
     lines = [
         f"Command: `{cmd}`",
@@ -188,11 +189,15 @@ def main(argv: list[str] | None = None) -> None:
         f"| (a) per query incl. preparation amortised over {Q} | {ref_q * 1e3:.1f} ms | {amort_q * 1e3:.1f} ms | {ref_q / amort_q:.1f}x |",
         f"| (a) per query, CPU seconds of this process | {ref_a.cpu / max(n_ref, 1) * 1e3:.1f} ms | {ours_a.cpu / Q * 1e3:.1f} ms | {ref_a.cpu / max(n_ref, 1) / (ours_a.cpu / Q):.1f}x |",
         f"| (a) one-off preparation (graph -> operator) | - | {prep.wall:.2f} s | |",
-        f"| (b) {pts}-point sweep, {Q} queries, wall | {ref_sweep:.0f} s (extrapolated from {n_sub} queries per point) | {ours_sweep:.0f} s (measured, all {Q}; multi-shift + linearity) | {ref_sweep / ours_sweep:.1f}x |",
-        f"| (b) same, ours with one solve() per point | {ref_sweep:.0f} s (extrapolated) | {pp_sweep:.0f} s (extrapolated from {n_sub} queries per point) | {ref_sweep / pp_sweep:.1f}x |",
-        f"| (b) sweep, CPU seconds | {ref_b.cpu / n_sub * Q:.0f} s (extrapolated) | {ours_b.cpu:.0f} s (measured) | {ref_b.cpu / n_sub * Q / ours_b.cpu:.1f}x |",
     ]
-    for name, a in [("(a)", agree_a), ("(b) sweep", agree_b), ("(b) per point", agree_pp)]:
+    if not args.skip_sweep:
+        lines += [
+            f"| (b) {pts}-point sweep, {Q} queries, wall | {ref_sweep:.0f} s (extrapolated from {n_sub} queries per point) | {ours_sweep:.0f} s (measured, all {Q}; multi-shift + linearity) | {ref_sweep / ours_sweep:.1f}x |",
+            f"| (b) same, ours with one solve() per point | {ref_sweep:.0f} s (extrapolated) | {pp_sweep:.0f} s (extrapolated from {n_sub} queries per point) | {ref_sweep / pp_sweep:.1f}x |",
+            f"| (b) sweep, CPU seconds | {ref_b.cpu / n_sub * Q:.0f} s (extrapolated) | {ours_b.cpu:.0f} s (measured) | {ref_b.cpu / n_sub * Q / ours_b.cpu:.1f}x |",
+        ]
+    checked = [("(a)", agree_a)] + ([] if args.skip_sweep else [("(b) sweep", agree_b), ("(b) per point", agree_pp)])
+    for name, a in checked:
         lines.append(
             f"| (c) {name}: {a.compared} query-settings vs prpack | worst L1 {a.worst_l1:.1e} | "
             f"top-{TOP} identical: {a.exact}/{a.compared} exactly, {a.tied}/{a.compared} up to near-ties | |"
