@@ -23,7 +23,6 @@ from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
-from hipporag2.embed.encoders import Encoder
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
@@ -460,10 +459,10 @@ def run(cfg: Config) -> Dict:
         return _run(cfg, run_dir)
 
 
-def _run(cfg: Config, run_dir: Path) -> Dict:
-    atomicio.remove_stale_temps(run_dir, any_pid=True)  # we hold the run dir's lock
-    timings = Timings()
-    report: Dict = {}
+def load_inputs(cfg: Config, timings: Timings):
+    """Corpus and queries, checked: (corpus, queries, queries path, corpus path, input
+    files for provenance, gold coverage). Gold passages missing from the corpus are
+    logged here, once, for every entry point that scores a run."""
     check_input_paths(cfg)
     with timings.stage("load_data"):
         corpus, queries = load_dataset(cfg)
@@ -478,6 +477,14 @@ def _run(cfg: Config, run_dir: Path) -> Dict:
         )
     if cov.queries_without_gold:
         log.warning("%d queries have no gold passage; recall counts 0 for them", len(cov.queries_without_gold))
+    return corpus, queries, qpath, cpath, data_files, cov
+
+
+def _run(cfg: Config, run_dir: Path) -> Dict:
+    atomicio.remove_stale_temps(run_dir, any_pid=True)  # we hold the run dir's lock
+    timings = Timings()
+    report: Dict = {}
+    corpus, queries, qpath, cpath, data_files, cov = load_inputs(cfg, timings)
     crash_point("data_loaded")
     store = open_store(cfg.cache_dir, cfg.embedding)
     llm = LazyLLM(cfg)

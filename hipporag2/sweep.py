@@ -29,11 +29,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hipporag2.config import Config, ConfigError, validate
+from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 from hipporag2.data.loaders import Query
 from hipporag2.retrieve.base import RetrievalResult
-from hipporag2.retrieve.scoring import rank_desc
+from hipporag2.retrieve.graph_retriever import query_result
 from hipporag2.retrieve.seeds import passage_seed_vector, reset_vector
 
 log = logging.getLogger("hipporag2")
@@ -124,18 +124,11 @@ def solve_grid(
                     row_of = {r: i for i, r in enumerate(graph_rows) if has_mass[i]}
                     results = out[(d, w)]
                     for r, q in enumerate(block):
-                        seeds, details = links[r]
-                        details = dict(details)
-                        details["seed_phrases"] = [[idx.phrases[i], float(x)] for i, x in seeds]
+                        scores = None
                         if r in row_of:
                             i = row_of[r]
                             scores = (pass_p[k, i] + w * pass_s[k, i]) / (sum_p[k, i] + w * sum_s[k, i])
-                            details["fallback"] = False
-                        else:
-                            scores = dense[r]
-                            details["fallback"] = True
-                        order = rank_desc(scores, cfg.retrieval_top_k)
-                        results.append(RetrievalResult(q.id, order.tolist(), [float(scores[i]) for i in order], details))
+                        results.append(query_result(q.id, links[r], idx, scores, dense[r], cfg.retrieval_top_k))
     return out
 
 
@@ -160,13 +153,11 @@ def _write_hydra_dir(run_dir: Path, cfg: Config, overrides: List[str]) -> None:
 
 
 def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], out_dir: Path, overrides: Sequence[str]) -> Dict:
-    from hipporag2.data.loaders import check_gold_in_corpus
-    from hipporag2.data.validate import check_input_paths
     from hipporag2.embed.store import open_store
     from hipporag2.evaluate.metrics import mean_recall
     from hipporag2.pipeline import (
-        LazyLLM, Timings, _input_files, _provenance, dataset_paths, load_dataset, make_retriever, retrieval_rows,
-        run_metrics, write_json, write_jsonl,
+        LazyLLM, Timings, _provenance, load_inputs, make_retriever, retrieval_rows, run_metrics, write_json,
+        write_jsonl,
     )
     from hipporag2.redact import install_log_redaction, redact_obj
     from hipporag2.retrieve.ppr import BatchedSolver
@@ -183,12 +174,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     out_dir.mkdir(parents=True, exist_ok=True)
     timings = Timings()
     report: Dict = {}
-    check_input_paths(cfg)
-    with timings.stage("load_data"):
-        corpus, queries = load_dataset(cfg)
-    qpath, cpath = dataset_paths(cfg)
-    data_files = _input_files(cfg, qpath, cpath)
-    cov = check_gold_in_corpus(queries, corpus)
+    corpus, queries, qpath, cpath, data_files, cov = load_inputs(cfg, timings)
     store = open_store(cfg.cache_dir, cfg.embedding)
     llm = LazyLLM(cfg)
     # The retriever is used for linking and dense scores only; its own solver is unused.

@@ -4,7 +4,7 @@ Computed in blocks of query rows, so memory is block x n, never n x n.
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 

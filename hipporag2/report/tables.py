@@ -19,7 +19,7 @@ import yaml
 
 from hipporag2.report.perquery import GoldUnavailable, Significance, compare, segment_recall
 from hipporag2.report.reference import Reference
-from hipporag2.report.runs import NON_SETTINGS, Run
+from hipporag2.report.runs import Run
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 

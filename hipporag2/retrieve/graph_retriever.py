@@ -181,19 +181,27 @@ class GraphRetriever:
             ppr = self.solver.solve(np.array(resets), cfg.damping) if resets else np.zeros((0, 0))
             ppr_of = {r: ppr[i] for i, r in enumerate(graph_rows)}
             for r, q in enumerate(block):
-                seeds, details = links[r]
-                details = dict(details)
-                details["seed_phrases"] = [[idx.phrases[i], float(w)] for i, w in seeds]
+                scores = None
                 if r in ppr_of:
                     vec = ppr_of[r]
                     scores = vec[idx.n_phrases :] if self.with_passage_nodes else self.passage_phrase @ vec[: idx.n_phrases]
-                    details["fallback"] = False
-                else:
-                    scores = dense[r]
-                    details["fallback"] = True
-                order = rank_desc(scores, cfg.retrieval_top_k)
-                results.append(RetrievalResult(q.id, order.tolist(), [float(scores[i]) for i in order], details))
+                results.append(query_result(q.id, links[r], idx, scores, dense[r], cfg.retrieval_top_k))
         return results
+
+
+def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,
+                 top_k: int) -> RetrievalResult:
+    """One query's ranked passages: by its PPR passage scores, or by its dense scores
+    when it had no PPR (the fallback of SPEC §3), with the seeds in the details.
+    Shared by `retrieve` and the sweep, so a sweep point's rows equal a run's."""
+    seeds, details = link
+    details = dict(details)
+    details["seed_phrases"] = [[idx.phrases[i], float(w)] for i, w in seeds]
+    details["fallback"] = scores is None
+    if scores is None:
+        scores = dense_row
+    order = rank_desc(scores, top_k)
+    return RetrievalResult(query_id, order.tolist(), [float(scores[i]) for i in order], details)
 
 
 class DenseRetriever:
