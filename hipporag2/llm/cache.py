@@ -94,7 +94,9 @@ class ResponseCache:
         self._busy_timeout_s = busy_timeout_s
         try:
             self._conn = self._open()
-        except sqlite3.DatabaseError as e:
+        except sqlite3.OperationalError:
+            raise  # locked, busy, I/O: not evidence of damage, so the file is left alone
+        except sqlite3.DatabaseError as e:  # "file is not a database", "malformed", quick_check
             self._conn = self._open_fresh(str(e))
 
     def _open(self) -> sqlite3.Connection:
