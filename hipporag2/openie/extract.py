@@ -108,15 +108,34 @@ def _load_checkpoint(path: Path) -> List[Extraction]:
 
 class _Counts:
     def __init__(self) -> None:
-        self.parse_failures_ner = 0
-        self.parse_failures_triples = 0
+        self.parse_failures = {"ner": 0, "triples": 0}
         self.repaired = 0
         self.llm_failures = 0
         self.reasons: Dict[str, int] = {}
 
-    def note(self, step: str, reason: str) -> None:
-        k = f"{step}:{reason}"
-        self.reasons[k] = self.reasons.get(k, 0) + 1
+    @property
+    def parse_failures_ner(self) -> int:
+        return self.parse_failures["ner"]
+
+    @property
+    def parse_failures_triples(self) -> int:
+        return self.parse_failures["triples"]
+
+    def read(self, step: str, resp, parser) -> Optional[list]:
+        """One answer of `step` parsed ([] if unparsable), or None if the request failed;
+        every failure, unparsable answer (with its reason) and repaired cut is counted."""
+        if resp.error is not None:
+            self.llm_failures += 1
+            return None
+        value, ok, reason = parser(resp.text)
+        if not ok:
+            self.parse_failures[step] += 1
+            k = f"{step}:{reason}"
+            self.reasons[k] = self.reasons.get(k, 0) + 1
+            return []
+        if reason == "truncated":
+            self.repaired += 1
+        return value
 
 
 def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bool, counts: _Counts,
@@ -133,22 +152,9 @@ def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bo
         stage="openie_ner",
         progress=progress,
     )
-    entities: List[List[str]] = []
-    failed = [False] * len(passages)
-    for i, resp in enumerate(ner_out):
-        if resp.error is not None:
-            failed[i] = True
-            counts.llm_failures += 1
-            entities.append([])
-            continue
-        value, ok, reason = parse_entities(resp.text)
-        if not ok:
-            counts.parse_failures_ner += 1
-            counts.note("ner", reason)
-            value = []
-        elif reason == "truncated":
-            counts.repaired += 1
-        entities.append(value)
+    read = [counts.read("ner", resp, parse_entities) for resp in ner_out]
+    failed = [value is None for value in read]
+    entities: List[List[str]] = [value or [] for value in read]
     triple_schema = prompts.TRIPLE_SCHEMA if constrained else None
     todo = [i for i in range(len(passages)) if not failed[i]]
     triple_out = llm.generate(
@@ -159,18 +165,9 @@ def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bo
     )
     triples: List[list] = [[] for _ in passages]
     for i, resp in zip(todo, triple_out):
-        if resp.error is not None:
-            failed[i] = True
-            counts.llm_failures += 1
-            continue
-        value, ok, reason = parse_triples(resp.text)
-        if not ok:
-            counts.parse_failures_triples += 1
-            counts.note("triples", reason)
-            value = []
-        elif reason == "truncated":
-            counts.repaired += 1
-        triples[i] = value
+        value = counts.read("triples", resp, parse_triples)
+        failed[i] = value is None
+        triples[i] = value or []
     return [
         (Extraction(passage=p, entities=entities[i], triples=triples[i]), not failed[i])
         for i, p in enumerate(passages)
