@@ -118,6 +118,10 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # Questions per LLM call. Each call's answers enter the response cache when it
+    # returns, so a QA stage killed part-way asks only the unfinished chunks again
+    # (the vLLM backend answers a call as one batch).
+    chunk_size: int = 256
 
 
 @dataclass
@@ -183,6 +187,8 @@ def validate(cfg: Config) -> Config:
         problems.append(f"recall_k={cfg.recall_k} must hold positive integers")
     if cfg.qa.qa_top_k < 1:
         problems.append(f"qa.qa_top_k={cfg.qa.qa_top_k} must be >= 1")
+    if cfg.qa.chunk_size < 1:
+        problems.append(f"qa.chunk_size={cfg.qa.chunk_size} must be >= 1")
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
     return cfg

@@ -252,3 +252,49 @@ def test_qa_with_smollm2(smol_setup, tmp_path):
         assert r["passages"] == [corpus.passages[i].title for i in res.ranked[: cfg.qa.qa_top_k]]
         assert r["prediction"] == extract_answer(r["raw_output"])[0]
     assert "qa" in llm.usage()
+
+
+class Killed(Exception):
+    pass
+
+
+class KilledOnCall:
+    """Forwards to a real LLM and raises on its n-th `generate` call, as a kill would."""
+
+    def __init__(self, llm, n: int):
+        self.llm, self.n, self.calls = llm, n, 0
+
+    def generate(self, requests, **kw):
+        self.calls += 1
+        if self.calls == self.n:
+            raise Killed
+        return self.llm.generate(requests, **kw)
+
+
+@pytest.mark.slow
+def test_qa_stopped_part_way_asks_only_the_rest_again(smol_setup, tmp_path):
+    from dataclasses import replace
+
+    from hipporag2.data.loaders import load_corpus, load_queries
+    from hipporag2.llm.base import open_cache
+    from hipporag2.qa.reader import run_qa
+    from hipporag2.retrieve.base import RetrievalResult
+
+    cfg, llm = smol_setup
+    cfg = replace(cfg, qa=replace(cfg.qa, chunk_size=2, qa_top_k=1))
+    corpus = load_corpus(DEMO / "demo_corpus.json")
+    queries = load_queries(DEMO / "demo.json")[2:6]
+    results = [RetrievalResult(q.id, [corpus.index_of[q.gold_passages[0]]], [1.0]) for q in queries]
+    llm.cache = open_cache(tmp_path / "llm")
+    try:
+        sent = llm.requests_sent
+        with pytest.raises(Killed):
+            run_qa(cfg, KilledOnCall(llm, 2), queries, corpus, results, tmp_path / "first")
+        assert llm.requests_sent - sent == 2  # the first chunk was answered, then the stop
+        assert not (tmp_path / "first" / "qa.jsonl").exists()
+        sent = llm.requests_sent
+        metrics = run_qa(cfg, llm, queries, corpus, results, tmp_path / "again")
+        assert llm.requests_sent - sent == 2  # only the second chunk is asked again
+        assert metrics["qa_n"] == 4 and llm.usage()["qa"]["cache_hits"] >= 2
+    finally:
+        llm.cache = None

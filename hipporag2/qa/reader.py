@@ -1,10 +1,12 @@
 """The reader (SPEC §5): answer each question from its top `qa_top_k` retrieved passages.
 
-One batched LLM call (stage "qa"). The prediction is the text after the LAST `Answer:`
-marker, stripped; when the model wrote no such marker, a case-insensitive `answer:` is
-looked for, and failing that the whole reply is the prediction (counted in
-`qa_no_answer_marker`). EM and token F1 are the max over the gold answers, ×100 with one
-decimal. Per-question rows go to `run_dir/qa.jsonl`.
+Batched LLM calls (stage "qa") of `qa.chunk_size` questions: answers reach the
+response cache call by call, so a rerun after a kill asks only what was unanswered.
+The prediction is the text after the LAST `Answer:` marker, stripped; when the model
+wrote no such marker, a case-insensitive `answer:` is looked for, and failing that the
+whole reply is the prediction (counted in `qa_no_answer_marker`). EM and token F1 are
+the max over the gold answers, ×100 with one decimal. Per-question rows go to
+`run_dir/qa.jsonl`.
 """
 from __future__ import annotations
 
@@ -46,7 +48,10 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         )
         for q, ctx in zip(queries, contexts)
     ]
-    responses = llm.generate(requests, stage="qa", progress=bool(cfg.progress))
+    step = cfg.qa.chunk_size
+    responses = []
+    for c0 in range(0, len(requests), step):
+        responses += llm.generate(requests[c0 : c0 + step], stage="qa", progress=bool(cfg.progress))
     rows, ems, f1s = [], [], []
     no_marker = failures = 0
     for q, ctx, resp in zip(queries, contexts, responses):
