@@ -4,7 +4,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import hydra
 from hydra.experimental.callback import Callback
@@ -68,6 +70,18 @@ def format_metrics(metrics: dict, ks=(1, 2, 5, 10, 20)) -> str:
     return head + "\n" + row + extra
 
 
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A bad config or input file ends a command with its one-line message (which names
+    the file, record and field) and exit status 2, not a traceback."""
+    try:
+        yield
+    except (ConfigError, DataError) as e:
+        log.error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
 class RedactSweepFiles(Callback):
     """Masks secrets in a multirun's `multirun.yaml`, which holds every override as typed.
 
@@ -101,13 +115,9 @@ class RedactSweepFiles(Callback):
 def _main(dcfg: DictConfig) -> None:
     from hipporag2.pipeline import run
 
-    try:
+    with user_errors():
         cfg = to_config(dcfg)
         metrics = run(cfg)
-    except (ConfigError, DataError) as e:
-        log.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
     print(format_metrics(metrics))
     print(f"run directory: {cfg.run_dir}")
 

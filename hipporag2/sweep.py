@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +29,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hipporag2.config import Config, ConfigError
-from hipporag2.data.errors import DataError
 from hipporag2.data.loaders import Query
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.retrieve.graph_retriever import query_result
@@ -257,21 +255,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra-style overrides, as for `hipporag2`")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    try:
+    from hipporag2.cli import compose, user_errors
+
+    with user_errors():
         for o in args.overrides:
             key = o.split("=", 1)[0].lstrip("+~")
             if key in ("retrieval.damping", "retrieval.passage_node_weight"):
                 raise ConfigError(f"{o!r}: the swept settings are given by --damping / --passage-node-weight")
         dampings = parse_floats(args.damping, "--damping")
         weights = parse_floats(args.passage_node_weight, "--passage-node-weight")
-        from hipporag2.cli import compose
-
         cfg = compose(args.overrides)
         summary = run_sweep(cfg, dampings, weights, Path(args.out), args.overrides)
-    except (ConfigError, DataError) as e:
-        log.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
     print(format_grid(summary))
     print(f"timings (s): {summary['timings']}")
     print(f"sweep folder: {args.out}")

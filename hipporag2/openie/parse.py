@@ -262,14 +262,23 @@ def _as_text(x: Any) -> str:
     return clean_text(str(x))
 
 
-def parse_entities(text: Any, keys: Sequence[str] = ("named_entities", "entities")) -> ParseResult:
-    """A list of entity strings (deduplicated, order kept). ok=False when unreadable."""
+def parse_list(text: Any, keys: Sequence[str]) -> Tuple[Optional[list], ParseResult]:
+    """(the answer's list, the parse) — or (None, the failed parse) when the text is
+    unreadable or holds no list under `keys` (`pick_list`)."""
     parsed = parse_structured(text)
     if not parsed.ok:
-        return parsed
+        return None, parsed
     items, why = pick_list(parsed.value, keys)
     if items is None:
-        return ParseResult(None, False, why)
+        return None, ParseResult(None, False, why)
+    return items, parsed
+
+
+def parse_entities(text: Any, keys: Sequence[str] = ("named_entities", "entities")) -> ParseResult:
+    """A list of entity strings (deduplicated, order kept). ok=False when unreadable."""
+    items, parsed = parse_list(text, keys)
+    if items is None:
+        return parsed
     out: List[str] = []
     for item in items:
         if isinstance(item, bool) or item is None or isinstance(item, (dict, list, tuple)):
@@ -287,12 +296,9 @@ def parse_triples(text: Any, keys: Sequence[str] = ("triples", "triple")) -> Par
     counts them); items that are not lists at all are dropped. After a truncation
     repair, a trailing incomplete triple (fewer than 3 elements) is dropped.
     """
-    parsed = parse_structured(text)
-    if not parsed.ok:
-        return parsed
-    items, why = pick_list(parsed.value, keys)
+    items, parsed = parse_list(text, keys)
     if items is None:
-        return ParseResult(None, False, why)
+        return parsed
     out = [[_as_text(x) for x in item] for item in items if isinstance(item, (list, tuple))]
     if parsed.reason == "truncated" and out and len(out[-1]) < 3:
         out.pop()

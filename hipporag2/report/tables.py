@@ -303,6 +303,17 @@ def make_cell(run: Optional[Run], metric: str, ctx: Context, pool: Sequence[Run]
     return cell
 
 
+def _our_cell(run: Optional[Run], metric: str, ctx: Context, pool: Sequence[Run], cells: List[Cell],
+              csv_rows: List[Dict[str, Any]], where: Tuple[str, str, str]) -> Cell:
+    """A cell of our own numbers only (grids, curves): recorded in `cells` for the
+    notes and, when there is a run, as a CSV row at `where` = (table, row, column)."""
+    c = make_cell(run, metric, ctx, pool) if run else Cell()
+    cells.append(c)
+    if run:
+        csv_rows.append(_csv_row(*where, metric, c))
+    return c
+
+
 def _csv_row(table: str, row: str, col: str, metric: str, cell: Cell, cmd: Optional[str] = None) -> Dict[str, Any]:
     r = cell.run
     return {
@@ -520,12 +531,9 @@ def table_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name:
         row, mrow = [f"{d:g}"], []
         for w in ws:
             r = cell_run.get((d, w))
-            c = make_cell(r, metric, ctx, runs) if r else Cell()
-            cells.append(c)
+            c = _our_cell(r, metric, ctx, runs, cells, csv_rows, (name, f"damping={d:g}", f"passage_node_weight={w:g}"))
             row.append(c.markdown(with_paper=False) if r else "–")
             mrow.append(c.ours)
-            if r:
-                csv_rows.append(_csv_row(name, f"damping={d:g}", f"passage_node_weight={w:g}", metric, c))
         rows.append(row)
         matrix.append(mrow)
     images = []
@@ -571,12 +579,9 @@ def table_continual(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], 
         row_all = [s, "all indexed segments"]
         for k in ks:
             r = by.get((s, k))
-            c = make_cell(r, metric, ctx, seg_runs) if r else Cell()
-            cells.append(c)
+            c = _our_cell(r, metric, ctx, seg_runs, cells, csv_rows, (name, s, f"segments_indexed={k}"))
             row_all.append(c.markdown(with_paper=False) if r else "–")
             overall.append(c.ours)
-            if r:
-                csv_rows.append(_csv_row(name, s, f"segments_indexed={k}", metric, c))
             try:
                 seg_scores = segment_recall(r, metric) if r else {}
             except GoldUnavailable:
