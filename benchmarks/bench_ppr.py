@@ -93,6 +93,27 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def machine_line(load0, load1, solver: BatchedSolver) -> str:
+    """What the timings depend on: CPU, load, library versions, solver settings."""
+    lo, hi = solver.interval()
+    return (
+        f"Machine: {cpu_model()}, os.cpu_count()={os.cpu_count()}, load average {load0[0]:.1f} before / {load1[0]:.1f} after; "
+        f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}, igraph {igraph.__version__}, "
+        f"numba {numba.__version__}; BatchedSolver threads={solver.n_threads}, block_size={solver.block_size}, "
+        f"tol={solver.tol:g}, spectral interval of S (for Chebyshev) [{lo:.4f}, {hi:.4f}]."
+    )
+
+
+def emit(lines: list[str], out: str | None) -> None:
+    """Print the Markdown report, and write it to `out` when given."""
+    report = "\n".join(lines)
+    print(report)
+    if out:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w") as f:
+            f.write(report + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0)
@@ -183,10 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"Graph: {sg.n_phrase} phrase + {sg.n_passage} passage nodes, {g.ecount()} edges "
         f"(scale {args.scale}, seed {args.seed}); {Q} queries.",
-        f"Machine: {cpu_model()}, os.cpu_count()={os.cpu_count()}, load average {load0[0]:.1f} before / {load1[0]:.1f} after; "
-        f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}, igraph {igraph.__version__}; "
-        f"BatchedSolver threads={solver.n_threads}, block_size={solver.block_size}, tol={solver.tol:g}, "
-        f"spectral interval of S (for Chebyshev) [{solver.interval()[0]:.4f}, {solver.interval()[1]:.4f}]; numba {numba.__version__}.",
+        machine_line(load0, load1, solver),
         "",
         "| what | prpack (reference) | BatchedSolver | ratio |",
         "| --- | --- | --- | --- |",
@@ -207,12 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             f"| (c) {name}: {a.compared} query-settings vs prpack | worst L1 {a.worst_l1:.1e} | "
             f"top-{TOP} identical: {a.exact}/{a.compared} exactly, {a.tied}/{a.compared} up to near-ties | |"
         )
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    emit(lines, args.out)
 
 
 if __name__ == "__main__":

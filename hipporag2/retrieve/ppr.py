@@ -169,6 +169,19 @@ def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix(V @ sp.diags(1.0 / norms)) if n_comp else V
 
 
+def deflated_operator(S: sp.csr_matrix, V: sp.csr_matrix) -> LinearOperator:
+    """S restricted to the complement of V's columns: x -> P S P x, P = I - V V^T."""
+    n = S.shape[0]
+
+    def apply(x):
+        x = np.asarray(x, dtype=np.float64).reshape(n, -1)
+        x = x - V @ (V.T @ x)
+        y = S @ x
+        return y - V @ (V.T @ y)
+
+    return LinearOperator((n, n), matvec=apply, matmat=apply, dtype=np.float64)
+
+
 def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) -> tuple[float, float]:
     """[lo, hi] holding every eigenvalue of S on the complement of V's columns.
 
@@ -180,19 +193,12 @@ def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) 
     n = S.shape[0]
     if n - V.shape[1] <= 0:
         return 0.0, 0.0
-
-    def deflated(x):
-        x = np.asarray(x, dtype=np.float64).reshape(n, -1)
-        x = x - V @ (V.T @ x)
-        y = S @ x
-        return y - V @ (V.T @ y)
-
+    A = deflated_operator(S, V)
     if n <= 512:
-        w = np.linalg.eigvalsh(deflated(np.eye(n)))
+        w = np.linalg.eigvalsh(A @ np.eye(n))
         lo, hi = float(w[0]), float(w[-1])
     else:
-        A = LinearOperator((n, n), matvec=deflated, matmat=deflated, dtype=np.float64)
-        v0 = deflated(np.random.default_rng(0).standard_normal(n)).ravel()
+        v0 = A @ np.random.default_rng(0).standard_normal(n)
         k = min(6, n - 2)
         try:
             hi = float(eigsh(A, k=k, which="LA", tol=1e-8, v0=v0, return_eigenvectors=False).max())

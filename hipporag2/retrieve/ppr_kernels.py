@@ -52,23 +52,29 @@ class Panels:
                    np.concatenate(vals or [np.zeros(0)]))
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _add_panel_row(indptr, indices, data, p, i, x, acc):
+    """acc[i] += (row i of panel p of S) x: the gather both passes are made of."""
+    m = x.shape[1]
+    if p == 0:
+        for k in range(m):
+            acc[i, k] = 0.0
+    for jj in range(indptr[p, i], indptr[p, i + 1]):
+        j = indices[jj]
+        v = data[jj]
+        for k in range(m):
+            acc[i, k] += v * x[j, k]
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def shifted_product(indptr, indices, data, d, x, out):
     """out = x - d S x for a (n, m) block x; out must not be x."""
     n, m = x.shape
     n_panels = indptr.shape[0]
     for p in range(n_panels):
-        last = p == n_panels - 1
         for i in range(n):
-            if p == 0:
-                for k in range(m):
-                    out[i, k] = 0.0
-            for jj in range(indptr[p, i], indptr[p, i + 1]):
-                j = indices[jj]
-                v = data[jj]
-                for k in range(m):
-                    out[i, k] += v * x[j, k]
-            if last:
+            _add_panel_row(indptr, indices, data, p, i, x, out)
+            if p == n_panels - 1:
                 for k in range(m):
                     out[i, k] = x[i, k] - d * out[i, k]
 
@@ -86,17 +92,9 @@ def chebyshev_step(indptr, indices, data, d, x, x_prev, b, weight, gamma, omega,
     for k in range(m):
         l1[k] = 0.0
     for p in range(n_panels):
-        last = p == n_panels - 1
         for i in range(n):
-            if p == 0:
-                for k in range(m):
-                    r[i, k] = 0.0
-            for jj in range(indptr[p, i], indptr[p, i + 1]):
-                j = indices[jj]
-                v = data[jj]
-                for k in range(m):
-                    r[i, k] += v * x[j, k]
-            if last:
+            _add_panel_row(indptr, indices, data, p, i, x, r)
+            if p == n_panels - 1:
                 w = weight[i]
                 for k in range(m):
                     res = b[i, k] - x[i, k] + d * r[i, k]
