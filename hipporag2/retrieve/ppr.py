@@ -295,8 +295,9 @@ class BatchedSolver:
         if R.ndim != 2 or R.shape[1] != self.n:
             raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
         sums = np.empty(R.shape[0])
-        for a in range(0, R.shape[0], 256):
-            sums[a : a + 256] = clean_reset(R[a : a + 256]).sum(axis=1)
+        step = self.block_size  # a block-sized temporary, reused by the allocator from one chunk to the next
+        for a in range(0, R.shape[0], step):
+            sums[a : a + step] = clean_reset(R[a : a + step]).sum(axis=1)
         if not np.isfinite(sums).all():  # NaN is cleaned away, so only +inf gets here
             raise ValueError("reset vectors must be finite (igraph rejects infinite entries)")
         return R, sums
