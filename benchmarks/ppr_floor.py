@@ -41,7 +41,7 @@ from scipy.sparse.linalg import eigsh
 
 from benchmarks.bench_ppr import Clock, emit, log, machine_line
 from benchmarks.synthetic_graph import make_graph, make_queries
-from hipporag2.retrieve.ppr import BatchedSolver, PrpackSolver, deflated_operator
+from hipporag2.retrieve.ppr import BatchedSolver, PrpackSolver, chebyshev_steps, deflated_operator
 
 DAMPING, PASSAGE_WEIGHT = 0.5, 0.05
 
@@ -72,12 +72,8 @@ def spectrum_ends(solver: BatchedSolver, k: int = 6) -> tuple[np.ndarray, np.nda
 def chebyshev_products(s_min: float, s_max: float, d: float, tol: float) -> int:
     """Fewest products (checking product included) for BatchedSolver's stopping rule."""
     a, b = 1.0 - d * s_max, 1.0 - d * s_min  # spectrum of I - d S on the complement
-    x0 = (b + a) / (b - a)
     eps = tol * (1.0 - d) / (2.0 * d)
-    k = 0
-    while math.cosh(k * math.acosh(x0)) < 1.0 / eps:  # T_k(x0), x0 > 1
-        k += 1
-    return k + 1
+    return chebyshev_steps((b - a) / (b + a), 1.0 / eps) + 1
 
 
 def product_cost(op, n: int, block: int, threads: int, d: float, reps: int) -> float:

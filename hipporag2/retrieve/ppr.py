@@ -208,6 +208,19 @@ def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) 
     return max(-1.0, lo - margin), min(1.0, hi + margin)
 
 
+def chebyshev_steps(sigma: float, reduction: float) -> int:
+    """Fewest Chebyshev steps whose bound 1 / T_k(1 / sigma) reduces a residual `reduction`-fold.
+
+    sigma = (c - a) / (c + a) for a spectrum in [a, c], c > a > 0; sigma <= 0 (one
+    point) needs one step.
+    """
+    if reduction <= 1.0:
+        return 0
+    if sigma <= 0.0:
+        return 1
+    return int(np.ceil(np.arccosh(reduction) / np.arccosh(1.0 / sigma)))
+
+
 class _Workspace:
     """The arrays one block of up to `width` queries needs.
 
@@ -218,18 +231,14 @@ class _Workspace:
     """
 
     def __init__(self, n: int, n_active: int, width: int):
-        self.width = width
+        self.n, self.n_active = n, n_active
         self._node = np.empty(n * width)
         self._active = [np.empty(n_active * width) for _ in range(4)]
-        self.m = 0
 
     def fit(self, m: int) -> "_Workspace":
         """Point node_major (n, m), b, x, x_prev and r (n_active, m) at the first n * m floats."""
-        self.m = m
-        n = self._node.size // self.width
-        n_active = self._active[0].size // self.width
-        self.node_major = self._node[: n * m].reshape(n, m)  # the block's resets, then its answers
-        self.b, self.x, self.x_prev, self.r = (a[: n_active * m].reshape(n_active, m) for a in self._active)
+        self.node_major = self._node[: self.n * m].reshape(self.n, m)  # the block's resets, then its answers
+        self.b, self.x, self.x_prev, self.r = (a[: self.n_active * m].reshape(self.n_active, m) for a in self._active)
         return self
 
 
@@ -424,8 +433,7 @@ class BatchedSolver:
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
         stop = self.tol * (1.0 - d) / (2.0 * d)
-        l1 = np.empty(b.shape[1])
-        weighted_l1(b, self.sqrt_deg, l1)
+        l1 = self._l1(b)
         x, x_prev, r = ws.x, ws.x_prev, ws.r
         if np.all(l1 <= stop):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
@@ -435,8 +443,7 @@ class BatchedSolver:
             x_prev.fill(0.0)
             omega = 1.0 / (1.0 - sigma * sigma / 2.0)
             # the polynomial bound, 2-norm vs L1 aside; plenty of room before CG takes over
-            need = float(l1.max()) / stop
-            steps = 1 if sigma <= 0.0 else int(np.ceil(np.arccosh(need) / np.arccosh(1.0 / sigma)))
+            steps = chebyshev_steps(sigma, float(l1.max()) / stop)
             for _ in range(min(self.max_iter, 2 * steps + 25)):
                 self.op.chebyshev_step(d, x, x_prev, b, self.sqrt_deg, gamma, omega, r, l1)
                 if np.all(l1 <= stop):
@@ -473,7 +480,9 @@ class BatchedSolver:
 
     def _l1(self, r: np.ndarray) -> np.ndarray:
         """||D^1/2 r||_1 per column: the y-space residual's L1 norm."""
-        return np.einsum("ij,i->j", np.abs(r), self.sqrt_deg)
+        out = np.empty(r.shape[1])
+        weighted_l1(r, self.sqrt_deg, out)
+        return out
 
     def _mscg(self, b: np.ndarray, ds: list[float]) -> list[np.ndarray]:
         """z with (I - d S) z = b for every d in ds (descending), in one Krylov space.
