@@ -11,7 +11,8 @@ kernel costs on this machine. Their product is a floor under every such solver. 
 script measures its parts in one run on one graph, beside the two real solvers:
 
 1. prpack per query, called as the reference calls it (``PrpackSolver``);
-2. ``BatchedSolver`` per query, and how many column-products it used per query;
+2. ``BatchedSolver`` per query, and how many column-products it used per query (both
+   solvers write into an output array already in use, as in a run's later blocks);
 3. one product ``x - d S x`` of ``BatchedSolver``'s operator, per column, for several
    block sizes, with as many blocks at once as the solver runs threads;
 4. S's spectrum without the eigenvalue 1 (``eigsh`` with each connected component's
@@ -41,7 +42,7 @@ from scipy.sparse.linalg import eigsh
 
 from benchmarks.bench_ppr import Clock, emit, log, machine_line
 from benchmarks.synthetic_graph import make_graph, make_queries
-from hipporag2.retrieve.ppr import BatchedSolver, PrpackSolver, chebyshev_steps, deflated_operator
+from hipporag2.retrieve.ppr import BatchedSolver, OutputBuffer, PrpackSolver, chebyshev_steps, deflated_operator
 
 DAMPING, PASSAGE_WEIGHT = 0.5, 0.05
 
@@ -110,10 +111,12 @@ def main(argv: list[str] | None = None) -> None:
     g = sg.graph
     log(f"graph {g.vcount()} nodes / {g.ecount()} edges")
 
+    buffer = OutputBuffer()
+    buffer.view((max(args.queries, args.ref_queries), g.vcount())).fill(0.0)  # in use, like a run's
     ref = Clock()
     R = qs.resets(PASSAGE_WEIGHT, slice(0, args.ref_queries))
     with ref:
-        PrpackSolver(g).solve(R, d)
+        PrpackSolver(g).solve(R, d, out=buffer.view(R.shape))
     ref_q = ref.wall / args.ref_queries
     log(f"prpack: {ref_q * 1e3:.1f} ms per query")
 
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     ours = Clock()
     R = qs.resets(PASSAGE_WEIGHT, slice(0, args.queries))
     with ours:
-        solver.solve(R, d)
+        solver.solve(R, d, out=buffer.view(R.shape))
     ours_q = ours.wall / args.queries
     used = counter.columns / args.queries
     log(f"BatchedSolver: {ours_q * 1e3:.1f} ms and {used:.1f} column-products per query")

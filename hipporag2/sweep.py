@@ -32,6 +32,7 @@ from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Query
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.retrieve.graph_retriever import query_result
+from hipporag2.retrieve.ppr import OutputBuffer
 from hipporag2.retrieve.seeds import passage_seed_vector, reset_vector
 
 log = logging.getLogger("hipporag2")
@@ -92,6 +93,7 @@ def solve_grid(
     block_size = block_size or cfg.query_batch_size
     n_ph = idx.n_phrases
     out: Dict[Point, List[RetrievalResult]] = {(d, w): [] for d in dampings for w in weights}
+    buffer = OutputBuffer()  # the solver's answers for one block, reused by the next
     for start in range(0, len(queries), block_size):
         block = queries[start : start + block_size]
         with stage("link"):
@@ -108,7 +110,8 @@ def solve_grid(
         m = len(graph_rows)
         if m:
             with stage("ppr_solve"):
-                Y = solver.solve_unnormalised(np.vstack(P + S), list(dampings))  # (k, 2m, n)
+                R = np.vstack(P + S)
+                Y = solver.solve_unnormalised(R, list(dampings), out=buffer.view((len(dampings), *R.shape)))  # (k, 2m, n)
             sum_p, sum_s = Y[:, :m].sum(axis=2), Y[:, m:].sum(axis=2)  # (k, m)
             pass_p, pass_s = Y[:, :m, n_ph:], Y[:, m:, n_ph:]
             del Y

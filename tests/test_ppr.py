@@ -27,7 +27,15 @@ from hipporag2.retrieve.ppr import (
     rankings_agree,
     spectral_interval,
 )
-from hipporag2.retrieve.ppr_kernels import Panels, chebyshev_step, shifted_product
+from hipporag2.retrieve.ppr_kernels import (
+    Panels,
+    answer_sums,
+    chebyshev_step,
+    clean_sums,
+    gather_resets,
+    scatter_answers,
+    shifted_product,
+)
 
 DAMPINGS = [0.0, 0.5, 0.85, 0.99]
 TIE_ATOL = 1e-11  # BatchedSolver's default tol: the L1 error it guarantees
@@ -274,6 +282,68 @@ def test_compiled_loops_against_numpy():
         np.testing.assert_allclose(r, want_r, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(l1, w @ np.abs(want_r), rtol=1e-12)
         np.testing.assert_allclose(nxt, 1.3 * (x + 0.9 * want_r - x_prev) + x_prev, rtol=1e-12, atol=1e-12)
+
+
+def test_block_in_and_out_against_numpy():
+    """The two renumber-and-transpose loops against the numpy they replace."""
+    rng = np.random.default_rng(3)
+    n, n_active, m = 50, 41, 4  # 9 nodes without edges
+    order = rng.permutation(n)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    R = rng.standard_normal((m, n))  # negatives, and a NaN and a -inf: cleaned to 0
+    R[1, 7], R[2, 9] = np.nan, -np.inf
+    scale = rng.uniform(1.0, 3.0, m)
+    sqrt_deg = rng.uniform(0.5, 2.0, n_active)
+    u = np.fmax(R, 0.0) / scale[:, None]  # the cleaned, scaled resets, query-major
+    sums = np.empty(m)
+    clean_sums(R, sums)
+    np.testing.assert_allclose(sums, np.fmax(R, 0.0).sum(axis=1), rtol=1e-14)
+    kept, R[3, 4] = R[3, 4], np.inf
+    clean_sums(R, sums)
+    assert sums[3] == np.inf
+    R[3, 4] = kept
+    b = np.full((n_active, m), np.nan)
+    gather_resets(R, pos, scale, sqrt_deg, b)
+    np.testing.assert_array_equal(b, u[:, order[:n_active]].T / sqrt_deg[:, None])
+
+    z = rng.standard_normal((n_active, m))  # a few negative answers: round-off, cut to 0
+    y = u.copy()
+    y[:, order[:n_active]] = np.maximum(z * sqrt_deg[:, None], 0.0).T
+    answer_sums(z, R, order[n_active:], scale, sqrt_deg, sums)
+    np.testing.assert_allclose(sums, y.sum(axis=1), rtol=1e-14)
+    out = np.full((m, n), np.nan)
+    scatter_answers(z, R, pos, scale, sqrt_deg, sums, np.ones(m), out)
+    np.testing.assert_array_equal(out, y / sums[:, None])
+    scatter_answers(z, R, pos, scale, sqrt_deg, np.ones(m), scale, out)
+    np.testing.assert_array_equal(out, y * scale[:, None])
+
+
+def test_answers_into_a_given_array():
+    from benchmarks.synthetic_graph import make_graph, make_queries
+
+    sg = make_graph(scale=0.01, seed=4)
+    R = make_queries(sg, 7, seed=2).resets(0.05)
+    s = BatchedSolver(sg.graph, block_size=4, n_threads=2)
+    want = s.solve(R, 0.5)
+    buf = np.full(R.shape, np.nan)
+    assert s.solve(R, 0.5, out=buf) is buf
+    np.testing.assert_array_equal(buf, want)
+    Y = np.full((2, *R.shape), np.nan)
+    assert s.solve_unnormalised(R, [0.5, 0.0], out=Y) is Y
+    np.testing.assert_allclose(Y[0] / Y[0].sum(axis=1, keepdims=True), want, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(Y[1], np.fmax(R, 0.0), rtol=1e-15)
+    ref = np.full(R.shape, np.nan)
+    assert PrpackSolver(sg.graph).solve(R, 0.5, out=ref) is ref
+    assert np.abs(ref - want).sum(axis=1).max() < 1e-8
+    for bad, why in [
+        (np.empty((7, R.shape[1] - 1)), "shape"),
+        (np.empty(R.shape, dtype=np.float32), "float64"),
+        (np.empty(R.shape[::-1]).T, "C-contiguous"),
+        (R, "overlap"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            s.solve(R, 0.5, out=bad)
 
 
 def test_spectral_interval_holds_the_spectrum():

@@ -21,7 +21,7 @@ from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
-from hipporag2.retrieve.ppr import make_solver
+from hipporag2.retrieve.ppr import OutputBuffer, make_solver
 from hipporag2.retrieve.scoring import min_max_rows, rank_desc
 from hipporag2.retrieve.seeds import (
     passage_seed_vector,
@@ -68,6 +68,7 @@ class GraphRetriever:
             # Without passage nodes: no context edges; passages score by their phrases' PPR mass.
             graph = to_igraph(drop_edge_kind(index.edges, CONTEXT))
         self.solver = make_solver(cfg.ppr_solver, graph)
+        self._ppr_out = OutputBuffer()  # PPR answers of one query block, reused by the next
         self.passages_per_phrase = [len(p) for p in index.phrase_passages]
         rows = [i for i, ps in enumerate(index.phrase_passages) for _ in ps]
         cols = [p for ps in index.phrase_passages for p in ps]
@@ -178,7 +179,11 @@ class GraphRetriever:
                     continue  # nothing to seed: dense fallback (SPEC §3.4)
                 resets.append(reset)
                 graph_rows.append(r)
-            ppr = self.solver.solve(np.array(resets), cfg.damping) if resets else np.zeros((0, 0))
+            if resets:
+                R = np.array(resets)
+                ppr = self.solver.solve(R, cfg.damping, out=self._ppr_out.view(R.shape))
+            else:
+                ppr = np.zeros((0, 0))
             ppr_of = {r: ppr[i] for i, r in enumerate(graph_rows)}
             for r, q in enumerate(block):
                 scores = None

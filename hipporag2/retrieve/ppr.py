@@ -73,7 +73,17 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
-from hipporag2.retrieve.ppr_kernels import Panels, add_components, chebyshev_step, shifted_product, weighted_l1
+from hipporag2.retrieve.ppr_kernels import (
+    Panels,
+    add_components,
+    answer_sums,
+    chebyshev_step,
+    clean_sums,
+    gather_resets,
+    scatter_answers,
+    shifted_product,
+    weighted_l1,
+)
 
 
 def clean_reset(reset: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -83,9 +93,47 @@ def clean_reset(reset: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.fmax(np.asarray(reset, dtype=np.float64), 0.0, out=out)
 
 
+def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndarray) -> np.ndarray:
+    """`out` checked as a place for a solver's answers, or a new array of `shape`.
+
+    Passing the same `out` to every call of a run saves more than memory on some
+    machines: a virtual machine may fault each freshly touched page in from its host
+    (this one: about 3 ms per MB, i.e. ~2 ms per query of 100k nodes).
+    """
+    if out is None:
+        return np.empty(shape)
+    if not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != tuple(shape):
+        got = f"{out.dtype} array of shape {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise ValueError(f"out must be a float64 array of shape {tuple(shape)}, got {got}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be C-contiguous and writeable")
+    if np.may_share_memory(out, resets):
+        raise ValueError("out must not overlap the reset vectors")
+    return out
+
+
+class OutputBuffer:
+    """One float64 allocation handed out again and again as the `out` of solver calls.
+
+    `view(shape)` is a C-contiguous array over the front of the allocation, which grows
+    only when a call needs more. A view is overwritten by the next call's: take what
+    you need from it first.
+    """
+
+    def __init__(self) -> None:
+        self._flat = np.empty(0)
+
+    def view(self, shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        if size > self._flat.size:
+            self._flat = np.empty(size)
+        return self._flat[:size].reshape(shape)
+
+
 class PPRSolver(Protocol):
-    def solve(self, resets: np.ndarray, damping: float) -> np.ndarray:
-        """resets: (q, n) reset vectors (not necessarily normalised); returns (q, n)."""
+    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None) -> np.ndarray:
+        """resets: (q, n) reset vectors (not necessarily normalised); returns (q, n),
+        written into `out` when it is given (see `output_array`)."""
 
 
 class PrpackSolver:
@@ -95,9 +143,9 @@ class PrpackSolver:
         self.graph = graph
         self._weights = "weight" if "weight" in graph.es.attributes() else None
 
-    def solve(self, resets: np.ndarray, damping: float) -> np.ndarray:
+    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None) -> np.ndarray:
         resets = np.atleast_2d(resets)
-        out = np.empty(resets.shape, dtype=np.float64)
+        out = output_array(out, resets.shape, resets)
         n = self.graph.vcount()
         for i, reset in enumerate(resets):
             out[i] = self.graph.personalized_pagerank(
@@ -230,14 +278,12 @@ class _Workspace:
     a call) uses the front of the same memory.
     """
 
-    def __init__(self, n: int, n_active: int, width: int):
-        self.n, self.n_active = n, n_active
-        self._node = np.empty(n * width)
+    def __init__(self, n_active: int, width: int):
+        self.n_active = n_active
         self._active = [np.empty(n_active * width) for _ in range(4)]
 
     def fit(self, m: int) -> "_Workspace":
-        """Point node_major (n, m), b, x, x_prev and r (n_active, m) at the first n * m floats."""
-        self.node_major = self._node[: self.n * m].reshape(self.n, m)  # the block's resets, then its answers
+        """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats."""
         self.b, self.x, self.x_prev, self.r = (a[: self.n_active * m].reshape(self.n_active, m) for a in self._active)
         return self
 
@@ -278,6 +324,8 @@ class BatchedSolver:
         self.order = np.argsort(-deg, kind="stable")
         self.n_active = int(np.count_nonzero(deg > 0))
         self.active = self.order[: self.n_active]
+        self.pos = np.empty(n, dtype=np.int64)  # node -> its row in the degree-ordered block
+        self.pos[self.order] = np.arange(n)
         self.dangling = self.order[self.n_active :]
         self.sqrt_deg = np.sqrt(deg[self.active])
         inv = sp.diags(1.0 / self.sqrt_deg)
@@ -298,15 +346,14 @@ class BatchedSolver:
         """The resets as a float array and their sums once cleaned (NaN/negative -> 0).
 
         The cleaning itself is redone block by block inside the solve: a cleaned copy
-        of all resets would be another q x n array (0.8 GB at 1000 x 100k).
+        of all resets would be another q x n array (0.8 GB at 1000 x 100k), and even a
+        block-sized one is fresh memory on every call.
         """
         R = np.atleast_2d(np.asarray(resets, dtype=np.float64))
         if R.ndim != 2 or R.shape[1] != self.n:
             raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
         sums = np.empty(R.shape[0])
-        step = self.block_size  # a block-sized temporary, reused by the allocator from one chunk to the next
-        for a in range(0, R.shape[0], step):
-            sums[a : a + step] = clean_reset(R[a : a + step]).sum(axis=1)
+        clean_sums(R, sums)
         if not np.isfinite(sums).all():  # NaN is cleaned away, so only +inf gets here
             raise ValueError("reset vectors must be finite (igraph rejects infinite entries)")
         return R, sums
@@ -320,18 +367,20 @@ class BatchedSolver:
         return d
 
     # ---- solve ---------------------------------------------------------------------
-    def solve(self, resets: np.ndarray, damping: float) -> np.ndarray:
+    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None) -> np.ndarray:
         d = self._check_damping(damping)
         R, sums = self._checked(resets)
+        out = output_array(out, R.shape, R)
         bad = np.flatnonzero(sums <= 0)
         if len(bad):
             raise ValueError(
                 f"reset vector(s) {bad[:10].tolist()} sum to zero after NaN/negative entries became 0; "
                 "personalized PageRank is undefined there (igraph raises too)"
             )
-        return self._run(R, sums, [d], normalise=True)[0]
+        self._run(R, sums, [d], True, out[None])
+        return out
 
-    def solve_unnormalised(self, resets: np.ndarray, dampings) -> np.ndarray:
+    def solve_unnormalised(self, resets: np.ndarray, dampings, out: np.ndarray | None = None) -> np.ndarray:
         """y = r + d A y for each reset row r and each damping d: (len(dampings), q, n).
 
         Unlike PPR itself, y is linear in r, so a sweep over a mixing weight w of
@@ -342,12 +391,12 @@ class BatchedSolver:
         """
         ds = [self._check_damping(d) for d in np.atleast_1d(dampings)]
         R, sums = self._checked(resets)
-        return self._run(R, sums, ds, normalise=False)
+        out = output_array(out, (len(ds), *R.shape), R)
+        return self._run(R, sums, ds, False, out)
 
-    def _run(self, R: np.ndarray, sums: np.ndarray, ds: list[float], normalise: bool) -> np.ndarray:
-        """Solutions for the raw rows of R, normalised to sum 1 or scaled by `sums`."""
+    def _run(self, R: np.ndarray, sums: np.ndarray, ds: list[float], normalise: bool, out: np.ndarray) -> np.ndarray:
+        """Solutions for the raw rows of R into out (len(ds), q, n), normalised to sum 1 or scaled by `sums`."""
         q = R.shape[0]
-        out = np.empty((len(ds), q, self.n))
         scale = np.where(sums > 0, sums, 1.0)  # a zero row stays zero
         if q and len({d for d in ds if d > 0.0}) == 1 and self.n_active:
             self.interval()  # once, before the threads that need it start
@@ -364,7 +413,7 @@ class BatchedSolver:
     def _solve_block(self, R, out, start, ds, scale, normalise) -> None:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
         with self._spare_lock:
-            ws = self._spare.pop() if self._spare else _Workspace(self.n, self.n_active, self.block_size)
+            ws = self._spare.pop() if self._spare else _Workspace(self.n_active, self.block_size)
         try:
             self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise)
         finally:
@@ -372,40 +421,31 @@ class BatchedSolver:
                 self._spare.append(ws)
 
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise) -> None:
-        # node-major, so the permutation below moves whole rows
-        u = ws.node_major
-        np.copyto(u, R[rows].T)
-        clean_reset(u, out=u)
-        u /= scale[rows]
-        for k, d in enumerate(ds):  # y = u at damping 0; u is overwritten further down
-            if d == 0.0 or not self.n_active:
-                out[k, rows] = u.T
-                if not normalise:
-                    out[k, rows] *= scale[rows, None]
+        R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
+        scale = scale[rows]
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
-        if not (walk and self.n_active):
-            return
-        b = np.take(u, self.active, axis=0, out=ws.b)
-        b /= self.sqrt_deg[:, None]
-        if len(walk) == 1:
-            zs = {walk[0]: self._chebyshev(b, walk[0], ws)}
-        else:
-            zs = {d: self._polish(z, b, d) for d, z in zip(walk, self._mscg(b, walk))}
-        u_dangling = u[self.dangling]  # no edges: y = u there
-        full = u
-        for k, d in enumerate(ds):
-            if d == 0.0:
-                continue
-            z = zs[d] if d not in ds[k + 1 :] else zs[d].copy()  # scaled in place below
-            z *= self.sqrt_deg[:, None]
-            np.maximum(z, 0.0, out=z)  # round-off below an exact zero; the error bound covers it
-            full[self.active] = z
-            full[self.dangling] = u_dangling
-            if normalise:
-                full /= full.sum(axis=0)
+        if walk and self.n_active:
+            b = ws.b
+            gather_resets(R, self.pos, scale, self.sqrt_deg, b)
+            if len(walk) == 1:
+                zs = {walk[0]: self._chebyshev(b, walk[0], ws)}
             else:
-                full *= scale[rows]
-            out[k, rows] = full.T
+                zs = {d: self._polish(z, b, d) for d, z in zip(walk, self._mscg(b, walk))}
+        ones = np.ones(len(scale))
+        for k, d in enumerate(ds):
+            if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
+                np.divide(clean_reset(R), scale[:, None], out=out[k, rows])
+                if normalise:
+                    continue
+                out[k, rows] *= scale[:, None]
+                continue
+            z = zs[d]
+            if normalise:
+                sums = np.empty(len(scale))
+                answer_sums(z, R, self.dangling, scale, self.sqrt_deg, sums)
+                scatter_answers(z, R, self.pos, scale, self.sqrt_deg, sums, ones, out[k, rows])
+            else:
+                scatter_answers(z, R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows])
 
     def interval(self) -> tuple[float, float]:
         """Where S's eigenvalues lie once each component's eigenvalue 1 is taken out."""

@@ -4,8 +4,12 @@ Both walk S stored in column panels (`Panels`). A product gathers one row of the
 dense block per nonzero; with ~2.7M nonzeros and a 100k-row block those gathers miss
 the cache and set the cost. Splitting S by column ranges keeps the rows gathered by
 one pass over a panel within a few MB, so they stay cached, while the output rows
-are visited once per panel in order. They are numba functions that release the GIL,
-so `BatchedSolver` runs one block per thread.
+are visited once per panel in order. Even cached, each gather waits on memory, and the
+processor only looks a few nonzeros ahead on its own (each one is ~30 instructions
+of row arithmetic), so the loop prefetches the row it will gather `PREFETCH_AHEAD`
+nonzeros later: measured on the MuSiQue-sized graph, a step costs 0.7-0.9 instead of
+1.1-1.3 ms per column. They are numba functions that release the GIL, so
+`BatchedSolver` runs one block per thread.
 
 The Chebyshev step does its vector work inside the product's last panel, row by row,
 while the row is in cache: the residual, its weighted L1 norm and the next iterate
@@ -19,7 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+# how many nonzeros ahead the product prefetches the row it will gather; 6-12 were
+# equally good on the MuSiQue-sized graph, 2 and 24 worse
+PREFETCH_AHEAD = 8
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,27 @@ class Panels:
                    np.concatenate(vals or [np.zeros(0)]))
 
 
+@intrinsic
+def _prefetch(typingctx, array, row, col):
+    """A read hint for array[row, col]'s cache line (LLVM's prefetch: no fault, no result)."""
+    if not (isinstance(array, types.Array) and array.ndim == 2):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty, rowty, colty = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        inds = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], (rowty, colty))]
+        ptr = builder.bitcast(cgutils.get_item_pointer(context, builder, aryty, ary, inds), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
+        # read, keep in all cache levels, data cache
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(array, row, col), codegen
+
+
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _add_panel_row(indptr, indices, data, p, i, x, acc):
     """acc[i] += (row i of panel p of S) x: the gather both passes are made of."""
@@ -59,7 +91,11 @@ def _add_panel_row(indptr, indices, data, p, i, x, acc):
     if p == 0:
         for k in range(m):
             acc[i, k] = 0.0
+    last = indices.shape[0] - 1
     for jj in range(indptr[p, i], indptr[p, i + 1]):
+        ahead = indices[min(jj + PREFETCH_AHEAD, last)]
+        for k in range(0, m, 8):  # one hint per 64-byte line of the row
+            _prefetch(x, ahead, k)
         j = indices[jj]
         v = data[jj]
         for k in range(m):
@@ -125,3 +161,95 @@ def weighted_l1(x, weight, out):
         w = weight[i]
         for k in range(m):
             out[k] += w * abs(x[i, k])
+
+
+# ---- in and out of the solver's node-major, degree-ordered block ---------------------
+# The block a solve works on is node-major (one row per node, in the degree order of
+# S) and holds only nodes with edges, while resets and answers are query-major in the
+# graph's order. Each of the two loops below does that transpose-and-renumber together
+# with all the element-wise work on its side in one pass, instead of numpy's ~10
+# passes over q x n arrays (each one costing about as much as a product per column
+# on a machine where the block does not fit in cache).
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def gather_resets(R, pos, scale, sqrt_deg, b):
+    """b[pos[j], k] = clean(R[k, j]) / scale[k] / sqrt_deg[pos[j]] for every node j with edges.
+
+    R is (m, n) query-major in graph order; pos[j] is node j's row in b, and nodes
+    with pos[j] >= len(b) (no edges) are skipped. clean() is the reference's: NaN
+    and negative entries become 0.
+    """
+    m, n = R.shape
+    n_active = b.shape[0]
+    for j in range(n):
+        p = pos[j]
+        if p >= n_active:
+            continue
+        s = sqrt_deg[p]
+        for k in range(m):
+            v = R[k, j]
+            if not v > 0.0:  # also NaN
+                v = 0.0
+            b[p, k] = v / scale[k] / s
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _answer(z, R, pos, scale, sqrt_deg, j, k):
+    """y of node j for query k: D^1/2 z where j has edges (round-off below 0 -> 0), the reset where not."""
+    p = pos[j]
+    if p < z.shape[0]:
+        y = z[p, k] * sqrt_deg[p]
+        return y if y > 0.0 else 0.0
+    v = R[k, j]
+    return (v if v > 0.0 else 0.0) / scale[k]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def clean_sums(R, sums):
+    """sums[k] = sum_j clean(R[k, j]), read-only (no cleaned copy), in tiles of 1024 for accuracy."""
+    m, n = R.shape
+    for k in range(m):
+        total = 0.0
+        for j0 in range(0, n, 1024):
+            tile = 0.0
+            for j in range(j0, min(j0 + 1024, n)):
+                v = R[k, j]
+                if v > 0.0:
+                    tile += v
+            total += tile
+        sums[k] = total
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def answer_sums(z, R, dangling, scale, sqrt_deg, sums):
+    """sums[k] = sum over all nodes of `_answer`: z's rows in order, then the nodes without edges."""
+    n_active, m = z.shape
+    for k in range(m):
+        sums[k] = 0.0
+    tile = np.zeros(m)
+    for p0 in range(0, n_active, 1024):
+        for k in range(m):
+            tile[k] = 0.0
+        for p in range(p0, min(p0 + 1024, n_active)):
+            s = sqrt_deg[p]
+            for k in range(m):
+                y = z[p, k] * s
+                if y > 0.0:
+                    tile[k] += y
+        for k in range(m):
+            sums[k] += tile[k]
+    for k in range(m):
+        for j in dangling:
+            v = R[k, j]
+            if v > 0.0:
+                sums[k] += v / scale[k]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def scatter_answers(z, R, pos, scale, sqrt_deg, divisor, factor, out):
+    """out[k, j] = `_answer`(j, k) / divisor[k] * factor[k]: back to query-major graph order."""
+    m, n = R.shape
+    for j in range(n):
+        for k in range(m):
+            out[k, j] = _answer(z, R, pos, scale, sqrt_deg, j, k) / divisor[k] * factor[k]
