@@ -18,8 +18,9 @@ script measures its parts in one run on one graph, beside the two real solvers:
 4. S's spectrum without the eigenvalue 1 (``eigsh`` with each connected component's
    top eigenvector sqrt(deg) projected out, as a solver can do for free): [s_min, s_max];
 5. k_min: the fewest products for which the best polynomial on that interval reduces
-   a residual by eps = tol (1 - d) / (2 d), which is what ``BatchedSolver``'s stopping
-   rule asks before its final checking product (so k_min counts that one too). When
+   a residual by eps = tol / d, which is what ``BatchedSolver.solve``'s stopping rule
+   asks of a reset with no mass on nodes without edges (more mass there asks a little
+   more), before its final checking product (so k_min counts that one too). When
    the spectrum fills the interval up to its ends, as the extreme eigenvalues printed
    show, no Krylov method does much better than this Chebyshev bound for a generic
    reset vector; it is an estimate of the floor, not a proof.
@@ -73,7 +74,7 @@ def spectrum_ends(solver: BatchedSolver, k: int = 6) -> tuple[np.ndarray, np.nda
 def chebyshev_products(s_min: float, s_max: float, d: float, tol: float) -> int:
     """Fewest products (checking product included) for BatchedSolver's stopping rule."""
     a, b = 1.0 - d * s_max, 1.0 - d * s_min  # spectrum of I - d S on the complement
-    eps = tol * (1.0 - d) / (2.0 * d)
+    eps = tol / d  # BatchedSolver._ppr_limit with u_dangling = 0
     return chebyshev_steps((b - a) / (b + a), 1.0 / eps) + 1
 
 

@@ -27,7 +27,7 @@ In an undirected graph a dangling node has no edges at all, so it decouples: y =
 there. On the other nodes, with y = D^1/2 z the system becomes (I - d S) z = D^-1/2 u,
 S = D^-1/2 W D^-1/2 symmetric with spectrum in [-1, 1], so I - d S is symmetric
 positive definite for d < 1 and Krylov methods apply: they need far fewer sparse
-products than the power iteration (15-16 vs 41 at d = 0.5, 25 vs 185 at d = 0.85 on
+products than the power iteration (14-16 vs 41 at d = 0.5, 25 vs 185 at d = 0.85 on
 the MuSiQue-sized synthetic graph). Each connected component's sqrt(deg) is an
 eigenvector of S for the eigenvalue 1, known in advance, so that part of the reset is
 solved in closed form; the rest of the spectrum fills an interval [lo, hi] up to its
@@ -50,14 +50,20 @@ in parallel threads, and nodes are renumbered by decreasing degree.
 
 Stopping rule, with a bound rather than a heuristic: the y-space residual is
 rho = u + d A y - y = D^1/2 r, and since ||A||_1 <= 1 the error of y is at most
-||rho||_1 / (1 - d); y >= u sums to >= 1, so the error of the normalised x is at most
-2 ||rho||_1 / (1 - d). The answer is an iterate plus one power step (y + rho, which
-shrinks the error by d), taken once that bound times d is below `tol` (default 1e-11,
-a thousand times tighter than the 1e-8 agreement promised with prpack). Chebyshev's
-fused pass measures the true residual of the iterate it reads; CG's recursive
-residual is re-checked with the true one at the end, and CG restarts on the
-remainder if round-off made it drift (as it does, from its iterate, if a Chebyshev
-iteration runs out of steps because the interval was wrong).
+||rho||_1 / (1 - d). The answer is an iterate plus one power step (y + rho, which
+shrinks that error by d). PPR's total mass is known in closed form: A's columns sum
+to 1 except at dangling nodes, where y = u, so sum(y) = (1 - d u_dangling) / (1 - d)
+(u_dangling: the reset's share on nodes without edges). `solve` divides y by that
+exact mass rather than by the sum of the computed y, which would double the error
+bound, so its L1 error is at most d ||rho||_1 / (1 - d u_dangling); iterating stops
+once that is below `tol` (default 1e-11, a thousand times tighter than the 1e-8
+agreement promised with prpack). Its rows therefore sum to 1 within that error, not
+to the last bit. `solve_unnormalised` (the sweep, where mixtures are normalised by
+their sums later) keeps the cruder per-row bound: y within tol / 2 of the exact y,
+relative to the row's sum. Chebyshev's fused pass measures the true residual of the
+iterate it reads; CG's recursive residual is re-checked with the true one at the end,
+and CG restarts on the remainder if round-off made it drift (as it does, from its
+iterate, if a Chebyshev iteration runs out of steps because the interval was wrong).
 """
 from __future__ import annotations
 
@@ -76,7 +82,6 @@ from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 from hipporag2.retrieve.ppr_kernels import (
     Panels,
     add_components,
-    answer_sums,
     chebyshev_step,
     clean_sums,
     gather_resets,
@@ -293,11 +298,11 @@ class BatchedSolver:
 
     The graph is turned into a sparse operator once (in `__init__`; the spectral
     interval that `solve` needs is added on its first call, `interval`); `solve` then
-    costs about 15 sparse-times-dense-block products per block of `block_size`
+    costs about 14 sparse-times-dense-block products per block of `block_size`
     queries at d = 0.5. Nodes are renumbered by decreasing degree so that the rows most
     often gathered in those products (the hubs) sit together and stay in cache. The
-    solver keeps one set of block arrays per thread between calls (5 x nodes x
-    block_size floats each, ~125 MB on the MuSiQue-sized graph).
+    solver keeps one set of block arrays per thread between calls (4 x nodes x
+    block_size floats each, ~100 MB on the MuSiQue-sized graph).
     """
 
     def __init__(
@@ -423,15 +428,19 @@ class BatchedSolver:
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise) -> None:
         R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
         scale = scale[rows]
+        ones = np.ones(len(scale))
+        # each reset's share on nodes without edges: there y = u, and it sets PPR's total mass
+        u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale if len(self.dangling) else 0.0 * ones
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         if walk and self.n_active:
             b = ws.b
             gather_resets(R, self.pos, scale, self.sqrt_deg, b)
             if len(walk) == 1:
-                zs = {walk[0]: self._chebyshev(b, walk[0], ws)}
+                d = walk[0]
+                limit = self._ppr_limit(d, u_dangling) if normalise else self._limit(d) * ones
+                zs = {d: self._chebyshev(b, d, ws, limit)}
             else:
-                zs = {d: self._polish(z, b, d) for d, z in zip(walk, self._mscg(b, walk))}
-        ones = np.ones(len(scale))
+                zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
                 np.divide(clean_reset(R), scale[:, None], out=out[k, rows])
@@ -440,12 +449,24 @@ class BatchedSolver:
                 out[k, rows] *= scale[:, None]
                 continue
             z = zs[d]
-            if normalise:
-                sums = np.empty(len(scale))
-                answer_sums(z, R, self.dangling, scale, self.sqrt_deg, sums)
-                scatter_answers(z, R, self.pos, scale, self.sqrt_deg, sums, ones, out[k, rows])
+            if normalise:  # divided by the exact total mass, not by the sum of the answer
+                mass = (1.0 - d * u_dangling) / (1.0 - d)
+                scatter_answers(z, R, self.pos, scale, self.sqrt_deg, mass, ones, out[k, rows])
             else:
                 scatter_answers(z, R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows])
+
+    def _limit(self, d: float) -> float:
+        """Largest ||rho||_1 (residual of y, before the power step) for an error of y
+        below tol relative to the reset's sum; also 2 x that for y / sum(y)."""
+        return self.tol * (1.0 - d) / (2.0 * d)
+
+    def _ppr_limit(self, d: float, u_dangling: np.ndarray) -> np.ndarray:
+        """Largest ||rho||_1 per column for an L1 error of PPR below tol when y is
+        divided by its exact total mass (1 - d u_dangling) / (1 - d): the power step
+        leaves an error of y of at most d ||rho||_1 / (1 - d), so the PPR error is at
+        most d ||rho||_1 / (1 - d u_dangling). That is 2 / (1 - d) times the
+        `_limit` (4x at d = 0.5, about one Chebyshev step)."""
+        return self.tol * (1.0 - d * u_dangling) / d
 
     def interval(self) -> tuple[float, float]:
         """Where S's eigenvalues lie once each component's eigenvalue 1 is taken out."""
@@ -453,7 +474,7 @@ class BatchedSolver:
             self._interval = spectral_interval(self.op.S, self.components)
         return self._interval
 
-    def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace) -> np.ndarray:
+    def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray) -> np.ndarray:
         """z with (I - d S) z = b for one damping, by Chebyshev iteration.
 
         The part of b along each component's top eigenvector is solved exactly; on
@@ -465,6 +486,7 @@ class BatchedSolver:
         the iterate it read, so the stopping rule of the module docstring is checked
         exactly, and the answer is that iterate plus r (the free power step). If the
         interval was wrong and the steps run out, CG takes over from the iterate.
+        Column k is done once its ||D^1/2 r||_1 <= limit[k].
         b is overwritten; the answer lives in one of ws's arrays.
         """
         beta = self.components.T @ b
@@ -472,10 +494,9 @@ class BatchedSolver:
         lo, hi = self.interval()
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
-        stop = self.tol * (1.0 - d) / (2.0 * d)
         l1 = self._l1(b)
         x, x_prev, r = ws.x, ws.x_prev, ws.r
-        if np.all(l1 <= stop):
+        if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
         else:
             # x0 = 0 makes the first step free: x1 = x0 + gamma r0 = gamma b
@@ -483,38 +504,36 @@ class BatchedSolver:
             x_prev.fill(0.0)
             omega = 1.0 / (1.0 - sigma * sigma / 2.0)
             # the polynomial bound, 2-norm vs L1 aside; plenty of room before CG takes over
-            steps = chebyshev_steps(sigma, float(l1.max()) / stop)
+            steps = chebyshev_steps(sigma, float((l1 / limit).max()))
             for _ in range(min(self.max_iter, 2 * steps + 25)):
                 self.op.chebyshev_step(d, x, x_prev, b, self.sqrt_deg, gamma, omega, r, l1)
-                if np.all(l1 <= stop):
+                if np.all(l1 <= limit):
                     x += r
                     break
                 x, x_prev = x_prev, x
                 omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
             else:
-                x = self._polish(x, b, d)
+                x = self._polish(x, b, d, limit)
         add_components(x, self._comp_of, self._comp_val, beta / (1.0 - d))
         return x
 
-    def _polish(self, z: np.ndarray, b: np.ndarray, d: float) -> np.ndarray:
+    def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:
         """Check the bound with the true residual; one free power step, or restart CG.
 
         In z-space the y-residual is rho = D^1/2 (b - M z), and the power step
-        y + rho is z + (b - M z).
+        y + rho is z + (b - M z). Column k is done once ||rho||_1 <= limit[k].
         """
-        stop = self.tol * (1.0 - d) / 2.0
         todo = np.arange(z.shape[1])
         for _attempt in range(4):
             r = b[:, todo] - self.op(z[:, todo], d)
-            # y + rho is one power step, which shrinks the error by d: hence "* d"
-            ok = self._l1(r) * d <= stop
+            ok = self._l1(r) <= limit[todo]
             z[:, todo[ok]] += r[:, ok]
             todo, r = todo[~ok], r[:, ~ok]
             if len(todo) == 0:
                 return z
             # CG's recursive residual drifted: solve for the correction from scratch
             z[:, todo] += self._mscg(np.ascontiguousarray(r), [d])[0]
-        worst = 2 * float(self._l1(r).max()) / (1 - d)
+        worst = self.tol * float((self._l1(r) / limit[todo]).max())
         warnings.warn(f"BatchedSolver: PPR did not reach tol={self.tol:g} (error bound {worst:.2e})", RuntimeWarning)
         return z
 

@@ -222,31 +222,6 @@ def clean_sums(R, sums):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def answer_sums(z, R, dangling, scale, sqrt_deg, sums):
-    """sums[k] = sum over all nodes of `_answer`: z's rows in order, then the nodes without edges."""
-    n_active, m = z.shape
-    for k in range(m):
-        sums[k] = 0.0
-    tile = np.zeros(m)
-    for p0 in range(0, n_active, 1024):
-        for k in range(m):
-            tile[k] = 0.0
-        for p in range(p0, min(p0 + 1024, n_active)):
-            s = sqrt_deg[p]
-            for k in range(m):
-                y = z[p, k] * s
-                if y > 0.0:
-                    tile[k] += y
-        for k in range(m):
-            sums[k] += tile[k]
-    for k in range(m):
-        for j in dangling:
-            v = R[k, j]
-            if v > 0.0:
-                sums[k] += v / scale[k]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
 def scatter_answers(z, R, pos, scale, sqrt_deg, divisor, factor, out):
     """out[k, j] = `_answer`(j, k) / divisor[k] * factor[k]: back to query-major graph order."""
     m, n = R.shape
