@@ -20,7 +20,8 @@ script measures its parts in one run on one graph, beside the two real solvers:
 5. k_min: the fewest products for which the best polynomial on that interval reduces
    a residual by eps = tol / d, which is what ``BatchedSolver.solve``'s stopping rule
    asks of a reset with no mass on nodes without edges (more mass there asks a little
-   more), before its final checking product (so k_min counts that one too). When
+   more). k products give the k-th iterate and its residual (the first iterate,
+   gamma b, is free; the residual that checks the last one comes with it). When
    the spectrum fills the interval up to its ends, as the extreme eigenvalues printed
    show, no Krylov method does much better than this Chebyshev bound for a generic
    reset vector; it is an estimate of the floor, not a proof.
@@ -72,10 +73,10 @@ def spectrum_ends(solver: BatchedSolver, k: int = 6) -> tuple[np.ndarray, np.nda
 
 
 def chebyshev_products(s_min: float, s_max: float, d: float, tol: float) -> int:
-    """Fewest products (checking product included) for BatchedSolver's stopping rule."""
+    """Fewest products for BatchedSolver.solve's stopping rule: k products check the k-th iterate."""
     a, b = 1.0 - d * s_max, 1.0 - d * s_min  # spectrum of I - d S on the complement
     eps = tol / d  # BatchedSolver._ppr_limit with u_dangling = 0
-    return chebyshev_steps((b - a) / (b + a), 1.0 / eps) + 1
+    return chebyshev_steps((b - a) / (b + a), 1.0 / eps)
 
 
 def product_cost(op, n: int, block: int, threads: int, d: float, reps: int) -> float:

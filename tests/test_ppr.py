@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hipporag2.retrieve.ppr import (
     SOLVERS,
     BatchedSolver,
+    OutputBuffer,
     PrpackSolver,
     component_vectors,
     make_solver,
@@ -334,6 +335,15 @@ def test_answers_into_a_given_array():
     ref = np.full(R.shape, np.nan)
     assert PrpackSolver(sg.graph).solve(R, 0.5, out=ref) is ref
     assert np.abs(ref - want).sum(axis=1).max() < 1e-8
+    # one allocation, handed out again: the retriever's and the sweep's blocks reuse it
+    pool = OutputBuffer()
+    first = pool.view(R.shape)
+    again = pool.view((3, R.shape[1]))
+    assert again.flags.c_contiguous and np.shares_memory(first, again)
+    s.solve(R[:3], 0.5, out=again)
+    np.testing.assert_allclose(first[:3], want[:3], rtol=0, atol=1e-11)  # the front of the same memory
+    bigger = pool.view((9, R.shape[1]))
+    assert bigger.flags.c_contiguous and not np.shares_memory(bigger, first)
     for bad, why in [
         (np.empty((7, R.shape[1] - 1)), "shape"),
         (np.empty(R.shape, dtype=np.float32), "float64"),
