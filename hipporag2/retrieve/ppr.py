@@ -456,16 +456,17 @@ class BatchedSolver:
                 scatter_answers(z, R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows])
 
     def _limit(self, d: float) -> float:
-        """Largest ||rho||_1 (residual of y, before the power step) for an error of y
-        below tol relative to the reset's sum; also 2 x that for y / sum(y)."""
+        """Largest ||rho||_1 (residual of y before the power step) for the bound of
+        `solve_unnormalised`: y within tol / 2 of the exact y, relative to the reset's
+        sum, so that y / sum(y), the sweep's mixtures included, is within tol."""
         return self.tol * (1.0 - d) / (2.0 * d)
 
     def _ppr_limit(self, d: float, u_dangling: np.ndarray) -> np.ndarray:
         """Largest ||rho||_1 per column for an L1 error of PPR below tol when y is
         divided by its exact total mass (1 - d u_dangling) / (1 - d): the power step
         leaves an error of y of at most d ||rho||_1 / (1 - d), so the PPR error is at
-        most d ||rho||_1 / (1 - d u_dangling). That is 2 / (1 - d) times the
-        `_limit` (4x at d = 0.5, about one Chebyshev step)."""
+        most d ||rho||_1 / (1 - d u_dangling). Without mass on dangling nodes that is
+        2 / (1 - d) times `_limit` (4x at d = 0.5: one Chebyshev step fewer)."""
         return self.tol * (1.0 - d * u_dangling) / d
 
     def interval(self) -> tuple[float, float]:
