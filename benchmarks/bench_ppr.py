@@ -12,8 +12,8 @@
     and amortised. Both sides write their answers into an output array reused from
     one call to the next (`OutputBuffer`), as `GraphRetriever` and the sweep do; the
     row "fresh output array per call" times ours on --fresh-queries queries with a
-    new array each call instead, which on this VM costs the fault-in of every page
-    (~2 ms per query at 100k nodes; prpack's side hardly notices at ~300 ms).
+    new array each call instead, which on this VM can cost the fault-in of every page
+    (up to ~2 ms per query at 100k nodes; prpack's side hardly notices at ~300 ms).
 (b) the 20-point damping x passage_node_weight sweep over the same 1,000 queries.
     Ours, measured in full: per block of queries one multi-shift CG per reset part
     (seed phrases; passage scores) serves all four dampings, and by linearity the

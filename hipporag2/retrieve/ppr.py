@@ -103,7 +103,7 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndar
 
     Passing the same `out` to every call of a run saves more than memory on some
     machines: a virtual machine may fault each freshly touched page in from its host
-    (this one: about 3 ms per MB, i.e. ~2 ms per query of 100k nodes).
+    (this one: up to ~3 ms per MB, i.e. up to ~2 ms per query of 100k nodes).
     """
     if out is None:
         return np.empty(shape)
