@@ -248,3 +248,34 @@ def test_damaged_llm_cache_is_moved_aside_and_restarted(tmp_path, damage, caplog
     fresh.put_many("m", {"k7": CachedResponse("again", 1, 1)})
     fresh.close()
     assert ResponseCache(path).get("k7").text == "again"  # the new file is sound
+
+
+def test_llm_cache_waits_for_another_writer_while_entering_wal(tmp_path):
+    """SQLite refuses the switch to WAL at once ("database is locked", no busy handler)
+    while another connection writes to a fresh file, as when two workers open one new
+    cache together; the cache must wait for it within its busy timeout."""
+    import sqlite3
+    import threading
+    import time
+
+    from hipporag2.llm.cache import CachedResponse, ResponseCache
+
+    path = tmp_path / "responses.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE started_first(x)")  # a fresh file, still in rollback-journal mode
+    other.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    t = time.monotonic()
+    cache = ResponseCache(path, busy_timeout_s=10)
+    assert time.monotonic() - t >= 0.25  # it waited for the other writer
+    cache.put_many("m", {"k": CachedResponse("x", 1, 1)})
+    assert cache.get("k") == CachedResponse("x", 1, 1)
+
+    # the wait is bounded by the same timeout
+    path2 = tmp_path / "second.sqlite"
+    other2 = sqlite3.connect(path2, isolation_level=None)
+    other2.execute("CREATE TABLE started_first(x)")
+    other2.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        ResponseCache(path2, busy_timeout_s=0.2)
+    other2.execute("ROLLBACK")

@@ -104,7 +104,7 @@ class ResponseCache:
             str(self.path), timeout=self._busy_timeout_s, check_same_thread=False, isolation_level=None
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
             problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
@@ -115,6 +115,26 @@ class ResponseCache:
             conn.close()
             raise
         return conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL, waiting for other processes doing the same.
+
+        SQLite answers "database is locked" at once, without its busy handler, when two
+        connections race to change a fresh file's journal mode (two workers starting
+        on one new cache: one of them crashed in 3 of 79 tries here); so wait and
+        retry here, within the same busy timeout as everything else.
+        """
+        deadline = time.monotonic() + self._busy_timeout_s
+        delay = 0.005
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
 
     def _open_fresh(self, why: str) -> sqlite3.Connection:
         stamp = time.strftime("%Y%m%d-%H%M%S")
