@@ -285,7 +285,7 @@ def test_compiled_loops_against_numpy():
 
 
 def test_block_in_and_out_against_numpy():
-    """The two renumber-and-transpose loops against the numpy they replace."""
+    """The loops in and out of the block (sums, renumber, transpose) against the numpy they replace."""
     rng = np.random.default_rng(3)
     n, n_active, m = 50, 41, 4  # 9 nodes without edges
     order = rng.permutation(n)
