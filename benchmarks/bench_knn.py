@@ -47,11 +47,10 @@ def main(argv=None) -> int:
     pairs = synonym_pairs(phrases, emb, threshold=0.8, top_k=2047, max_neighbours=101, block_size=args.block)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    import numpy, scipy  # noqa: E401
 
     print(f"command: python -m benchmarks.bench_knn --phrases {args.phrases} --dim {args.dim} --block {args.block}")
     print(f"machine: {platform.processor() or platform.machine()}, cpu_count={os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, numpy {numpy.__version__}")
+          f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, numpy {np.__version__}")
     print()
     print("| phrases | dim | block | synonym edges | wall s | CPU s | peak RSS MB | RSS before KNN MB | embeddings MB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

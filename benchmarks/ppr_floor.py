@@ -18,7 +18,7 @@ script measures its parts in one run on one graph, beside the two real solvers:
 4. S's spectrum without the eigenvalue 1 (``eigsh`` with each connected component's
    top eigenvector sqrt(deg) projected out, as a solver can do for free): [s_min, s_max];
 5. k_min: the fewest products for which the best polynomial on that interval reduces
-   a residual by eps = tol / d, which is what ``BatchedSolver.solve``'s stopping rule
+   a residual by eps = `ppr_residual_limit` (tol / d), which is what ``BatchedSolver.solve``'s stopping rule
    asks of a reset with no mass on nodes without edges (more mass there asks a little
    more). k products give the k-th iterate and its residual (the first iterate,
    gamma b, is free; the residual that checks the last one comes with it). When
@@ -44,7 +44,14 @@ from scipy.sparse.linalg import eigsh
 
 from benchmarks.bench_ppr import Clock, emit, log, machine_line
 from benchmarks.synthetic_graph import make_graph, make_queries
-from hipporag2.retrieve.ppr import BatchedSolver, OutputBuffer, PrpackSolver, chebyshev_steps, deflated_operator
+from hipporag2.retrieve.ppr import (
+    BatchedSolver,
+    OutputBuffer,
+    PrpackSolver,
+    chebyshev_steps,
+    deflated_operator,
+    ppr_residual_limit,
+)
 
 DAMPING, PASSAGE_WEIGHT = 0.5, 0.05
 
@@ -75,7 +82,7 @@ def spectrum_ends(solver: BatchedSolver, k: int = 6) -> tuple[np.ndarray, np.nda
 def chebyshev_products(s_min: float, s_max: float, d: float, tol: float) -> int:
     """Fewest products for BatchedSolver.solve's stopping rule: k products check the k-th iterate."""
     a, b = 1.0 - d * s_max, 1.0 - d * s_min  # spectrum of I - d S on the complement
-    eps = tol / d  # BatchedSolver._ppr_limit with u_dangling = 0
+    eps = ppr_residual_limit(tol, d, 0.0)  # a reset with no mass on nodes without edges
     return chebyshev_steps((b - a) / (b + a), 1.0 / eps)
 
 

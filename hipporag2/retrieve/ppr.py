@@ -261,6 +261,21 @@ def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) 
     return max(-1.0, lo - margin), min(1.0, hi + margin)
 
 
+def ppr_mass(d: float, u_dangling):
+    """sum(y) for y = u + d A y, u summing to 1 with `u_dangling` of it on nodes without
+    edges: A's other columns sum to 1 and y = u on those nodes, so the mass is exact."""
+    return (1.0 - d * u_dangling) / (1.0 - d)
+
+
+def ppr_residual_limit(tol: float, d: float, u_dangling):
+    """Largest ||rho||_1 (y's residual before the power step) for PPR within `tol` in L1
+    when y is divided by `ppr_mass`: the power step leaves y at most d ||rho||_1 / (1 - d)
+    off, i.e. PPR at most d ||rho||_1 / ((1 - d) mass) off. Without mass on dangling
+    nodes that is 2 / (1 - d) times the sum-normalised bound (4x at d = 0.5: one
+    Chebyshev step fewer)."""
+    return tol * (1.0 - d) * ppr_mass(d, u_dangling) / d
+
+
 def chebyshev_steps(sigma: float, reduction: float) -> int:
     """Fewest Chebyshev steps whose bound 1 / T_k(1 / sigma) reduces a residual `reduction`-fold.
 
@@ -430,44 +445,32 @@ class BatchedSolver:
         scale = scale[rows]
         ones = np.ones(len(scale))
         # each reset's share on nodes without edges: there y = u, and it sets PPR's total mass
-        u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale if len(self.dangling) else 0.0 * ones
+        u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         if walk and self.n_active:
             b = ws.b
             gather_resets(R, self.pos, scale, self.sqrt_deg, b)
             if len(walk) == 1:
                 d = walk[0]
-                limit = self._ppr_limit(d, u_dangling) if normalise else self._limit(d) * ones
+                limit = ppr_residual_limit(self.tol, d, u_dangling) if normalise else self._limit(d) * ones
                 zs = {d: self._chebyshev(b, d, ws, limit)}
             else:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
                 np.divide(clean_reset(R), scale[:, None], out=out[k, rows])
-                if normalise:
-                    continue
-                out[k, rows] *= scale[:, None]
-                continue
-            z = zs[d]
-            if normalise:  # divided by the exact total mass, not by the sum of the answer
-                mass = (1.0 - d * u_dangling) / (1.0 - d)
-                scatter_answers(z, R, self.pos, scale, self.sqrt_deg, mass, ones, out[k, rows])
+                if not normalise:
+                    out[k, rows] *= scale[:, None]
+            elif normalise:  # divided by the exact total mass, not by the sum of the answer
+                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows])
             else:
-                scatter_answers(z, R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows])
+                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows])
 
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
         `solve_unnormalised`: y within tol / 2 of the exact y, relative to the reset's
         sum, so that y / sum(y), the sweep's mixtures included, is within tol."""
         return self.tol * (1.0 - d) / (2.0 * d)
-
-    def _ppr_limit(self, d: float, u_dangling: np.ndarray) -> np.ndarray:
-        """Largest ||rho||_1 per column for an L1 error of PPR below tol when y is
-        divided by its exact total mass (1 - d u_dangling) / (1 - d): the power step
-        leaves an error of y of at most d ||rho||_1 / (1 - d), so the PPR error is at
-        most d ||rho||_1 / (1 - d u_dangling). Without mass on dangling nodes that is
-        2 / (1 - d) times `_limit` (4x at d = 0.5: one Chebyshev step fewer)."""
-        return self.tol * (1.0 - d * u_dangling) / d
 
     def interval(self) -> tuple[float, float]:
         """Where S's eigenvalues lie once each component's eigenvalue 1 is taken out."""
