@@ -36,7 +36,7 @@ class Step:
 class GoldPassage:
     title: str
     vertex: int
-    rank: Optional[int]  # 1-based in the run's ranking; None beyond retrieval_top_k
+    rank: Optional[int]  # 1-based, over all passages (the run keeps retrieval_top_k of them)
     mass: float
     seed_weight: float
     path: List[Step] = field(default_factory=list)
@@ -181,7 +181,7 @@ def explain_question(view, query_id: str, top_n: int = 5, ks: Sequence[int] = (2
     gold_pos = [pos_of[s] for s in gold_strings if s in pos_of]
     gold_set = set(gold_pos)
     ranked_strings = [index.passages[i] for i in order]
-    rank_of = {int(p): r + 1 for r, p in enumerate(order)}
+    rank_of = {int(p): r + 1 for r, p in enumerate(rank_desc(scores))}  # full ranking, beyond retrieval_top_k too
     top = [RankedPassage(r + 1, index.titles[p], n_ph + int(p), float(scores[p]), float(pseeds[p]), int(p) in gold_set)
            for r, p in enumerate(order[:top_n])]
     predicates = fact_predicates(index.facts)
@@ -233,7 +233,8 @@ def explanation_text(e: Explanation) -> str:
     kept = {f for f, _ in e.kept_facts}
     for f, s in e.candidate_facts:
         lines.append(f"  {'KEPT ' if f in kept else 'drop '} {s:.3f}  {_fact(f)}")
-    lines += ["", "seed phrases (reset weight = mean fact score / passages mentioning the phrase):"]
+    lines += ["", f"seed phrases (reset weight = mean fact score / passages mentioning the phrase; "
+              f"sum {sum(w for _, w, _ in e.seeds):.3f}):"]
     lines += [f"  {w:.4f}  {p}" for p, w, _ in e.seeds] or ["  (none)"]
     lines += ["", f"passage seeds: every passage, weight {e.passage_node_weight:g} x min-max dense score "
               f"(sum {e.passage_seed_mass:.3f}); largest:"]

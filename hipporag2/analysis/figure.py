@@ -55,8 +55,18 @@ def _layout(e: Explanation) -> Tuple[Dict[int, Tuple[float, float]], Dict[int, s
     columns: Dict[int, List[int]] = {}
     for v, d in depth.items():  # insertion order: seeds by weight, then path order
         columns.setdefault(d, []).append(v)
-    pos = {}
-    for d, verts in columns.items():
+    preds: Dict[int, List[int]] = {}
+    for g in e.gold:
+        for s in g.path:
+            preds.setdefault(s.target_vertex, []).append(s.source_vertex)
+    pos: Dict[int, Tuple[float, float]] = {}
+    for d in sorted(columns):
+        verts = columns[d]
+        if d > 0:  # order by the mean height of the predecessors: fewer crossing edges
+            def key(v, verts=verts):
+                ys = [pos[u][1] for u in preds.get(v, []) if u in pos]
+                return -(sum(ys) / len(ys)) if ys else float("inf")
+            verts = sorted(verts, key=key)
         for i, v in enumerate(verts):
             pos[v] = (float(d), (len(verts) - 1) / 2.0 - i)  # each column centred
     return pos, label
@@ -71,10 +81,10 @@ def draw_explanation(e: Explanation, path: Path | str, dpi: int = 110) -> Path:
     width = max(14.0, 3.3 * n_cols + 2)
     graph_h = max(3.2, 1.05 * n_rows + 1.2)
     fig = plt.figure(figsize=(width, graph_h + 5.6))
-    gs = fig.add_gridspec(2, 3, height_ratios=[graph_h, 5.6], hspace=0.12, wspace=0.05)
+    gs = fig.add_gridspec(2, 3, height_ratios=[graph_h, 5.6], hspace=0.2, wspace=0.05)
     ax = fig.add_subplot(gs[0, :])
     title = f"{e.query_id}: {e.question}"
-    fig.suptitle(_wrap(title, 150, 2), fontsize=13, fontweight="bold", y=0.995)
+    ax.set_title(_wrap(title, 140, 2), fontsize=13, fontweight="bold")
     gold_vertices = {g.vertex: g for g in e.gold}
     seed_w = {v: w for _, w, v in e.seeds}
     wmax = max(seed_w.values(), default=1.0) or 1.0
@@ -117,7 +127,7 @@ def draw_explanation(e: Explanation, path: Path | str, dpi: int = 110) -> Path:
     xs = [p[0] for p in pos.values()] or [0.0]
     ys = [p[1] for p in pos.values()] or [0.0]
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
-    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+    ax.set_ylim(min(ys) - 0.6, max(ys) + 0.6)
     ax.axis("off")
     handles = [Line2D([0], [0], **EDGE_STYLE[k], label=f"{k} edge") for k in ("relation", "synonym", "context")]
     handles += [
@@ -126,7 +136,7 @@ def draw_explanation(e: Explanation, path: Path | str, dpi: int = 110) -> Path:
         Line2D([0], [0], marker="s", linestyle="", markerfacecolor="#c7e9c0", markeredgecolor="#238b45", markersize=11, label="gold passage"),
         Line2D([0], [0], marker="s", linestyle="", markerfacecolor="#f0f0f0", markeredgecolor="#636363", markersize=11, label="other passage"),
     ]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 1.0), fontsize=8.5, ncol=7, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=9, ncol=7, frameon=False)
     if not pos:
         ax.text(0.5, 0.5, "no seed phrase: the run fell back to the dense ranking", ha="center", va="center",
                 transform=ax.transAxes, fontsize=12)
@@ -160,7 +170,7 @@ def _facts_lines(e: Explanation) -> List[Tuple[str, str]]:
     for f, s in e.candidate_facts:
         mark, color = ("✓", "black") if f in kept else ("✗", "#969696")
         out.append((_wrap(f"{mark} {s:.2f} ({f[0]}, {f[1]}, {f[2]})", 58, 2), color))
-    out.append(("seeds (reset weight):", "#d94801"))
+    out.append((f"seeds (reset weight, sum {sum(w for _, w, _ in e.seeds):.3f}):", "#d94801"))
     for p, w, _ in e.seeds:
         out.append((_wrap(f"  {w:.4f}  {p}", 58, 1), "#d94801"))
     out.append((f"passage seeds: {e.passage_node_weight:g} × dense score, sum {e.passage_seed_mass:.3f}", "#636363"))
