@@ -93,13 +93,17 @@ class LLM(abc.ABC):
     model_id: str
 
     def __init__(self, cfg: LLMConfig, cache: ResponseCache | None) -> None:
-        if cfg.on_failure not in ("record", "stop"):
-            raise ValueError(f"llm.on_failure={cfg.on_failure!r} must be 'record' or 'stop'")
+        from hipporag2.registry import LLM_ON_FAILURE
+
+        LLM_ON_FAILURE.check(cfg.on_failure)
         self.cfg = cfg
         self.cache = cache
         # Requests actually handed to the backend: lets callers and tests tell a
         # cache hit from a model call without instrumenting the model.
         self.requests_sent = 0
+        # Where a backend with an engine of its own writes that engine's log (vLLM);
+        # set by build_llm, None: the working directory.
+        self.log_dir: Path | None = None
         self._usage: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -281,17 +285,9 @@ def build_llm(cfg: LLMConfig, cache_dir: str | Path | None, log_dir: str | Path 
             f"llm config {cfg.name!r} names no model; this run needs an LLM "
             "(choose e.g. llm=smollm2_cpu, llm=gpt4o_mini or llm=llama33_70b_vllm)"
         )
-    cache = open_cache(cache_dir)
-    if cfg.backend == "transformers":
-        from hipporag2.llm.transformers_backend import TransformersLLM
+    from hipporag2.registry import LLM_BACKENDS
 
-        return TransformersLLM(cfg, cache)
-    if cfg.backend == "openai":
-        from hipporag2.llm.openai_backend import OpenAILLM
-
-        return OpenAILLM(cfg, cache)
-    if cfg.backend == "vllm":
-        from hipporag2.llm.vllm_backend import VLLMBackend
-
-        return VLLMBackend(cfg, cache, log_dir=log_dir)
-    raise ValueError(f"unknown llm.backend {cfg.backend!r} (transformers | openai | vllm)")
+    backend = LLM_BACKENDS.load(cfg.backend)  # UnknownChoice before the cache is opened
+    llm = backend(cfg, open_cache(cache_dir))
+    llm.log_dir = Path(log_dir) if log_dir is not None else None
+    return llm

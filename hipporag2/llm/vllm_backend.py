@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from hipporag2.config import ConfigError
+from hipporag2.errors import ConfigError
 from hipporag2.llm.base import LLM, ChatResponse, Emit, Job
 from hipporag2.llm.cache import ResponseCache
 from hipporag2.llm.config import LLMConfig
@@ -184,13 +184,11 @@ def output_to(path: Path) -> Iterator[None]:
 
 
 class VLLMBackend(LLM):
-    def __init__(self, cfg: LLMConfig, cache: ResponseCache | None, log_dir: str | Path | None = None) -> None:
+    def __init__(self, cfg: LLMConfig, cache: ResponseCache | None) -> None:
         super().__init__(cfg, cache)
         self._vllm = _import_vllm()
         self.model_id = cfg.model + (f"#{cfg.gguf_file}" if cfg.gguf_file else "")
         self.kwargs = engine_kwargs(cfg)
-        folder = Path(log_dir) if log_dir is not None else Path.cwd()
-        self.log_path = (folder / ENGINE_LOG).resolve()
         self.engine: Any = None
         self.tokenizer: Any = None
         self.context_length = cfg.max_model_len or 0
@@ -201,6 +199,10 @@ class VLLMBackend(LLM):
         self.generate_calls: list[int] = []
 
     # -- engine -------------------------------------------------------------
+    @property
+    def log_path(self) -> Path:
+        return ((self.log_dir or Path.cwd()) / ENGINE_LOG).resolve()
+
     def start(self) -> Any:
         """Start the engine if it is not running (called on the first cache miss)."""
         if self.engine is not None:
