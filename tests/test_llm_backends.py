@@ -430,7 +430,13 @@ def test_engine_start_failure_names_the_worker_cause() -> None:
     cause = startup_failure_cause(log_text, generic)
     assert cause == "ValueError: 4096 tokens of KV cache are needed, 1024 available"
     # Nothing better in the log: the exception itself, on one line.
-    assert startup_failure_cause("INFO all fine\n", ValueError("bad\nsecond line")) == "ValueError: bad"
+    assert startup_failure_cause("INFO all fine\n", ValueError("bad")) == "ValueError: bad"
+    # Raised in this process (vLLM's pydantic config check): the reason is on line 2.
+    pydantic_like = ValueError("1 validation error for VllmConfig\n  Value error, the weights cannot be read "
+                               "[type=value_error, input_value=ArgsKwargs((), {...}), input_type=ArgsKwargs]\n"
+                               "    For further information visit https://errors.pydantic.dev/2/v/value_error")
+    assert startup_failure_cause("", pydantic_like) == (
+        "ValueError: 1 validation error for VllmConfig Value error, the weights cannot be read")
 
 
 def _vllm_skip_reason() -> str | None:

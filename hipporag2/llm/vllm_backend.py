@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -139,6 +140,8 @@ def structured_output_kwargs(json_schema: str) -> dict[str, Any]:
 
 
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)):\s*(\S.*)$")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=.*$")
+_MAX_CAUSE = 400
 # vLLM's own wrappers around a worker's failure: they point elsewhere for the cause.
 _WRAPPER = re.compile(r"root cause|stack trace|initialization failed|Engine core .*failed", re.IGNORECASE)
 
@@ -152,14 +155,20 @@ def startup_failure_cause(log_text: str, exc: BaseException) -> str:
     argument) is an `SomethingError: ...` line a worker wrote to the log. The first
     such line that is not one of vLLM's wrappers is taken; else the exception itself.
     """
-    text = str(exc).strip()
-    own = text.splitlines()[0].strip() if text else ""
-    generic = f"{type(exc).__name__}: {own}" if own else type(exc).__name__
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    own = lines[0] if lines else ""
     for line in log_text.splitlines():
         m = _ERROR_LINE.search(line.strip())
         if m and not _WRAPPER.search(m.group(2)) and not (own and own in m.group(2)):
             return f"{m.group(1)}: {m.group(2).strip()}"
-    return generic
+    # Raised here, not in a worker: the exception's own lines (a pydantic error of
+    # vLLM's config puts the reason on the second), without pydantic's reference
+    # links and input dumps.
+    kept = [_PYDANTIC_TAIL.sub("", ln) for ln in lines if not ln.startswith("For further information")]
+    text = " ".join(ln for ln in kept if ln)
+    if len(text) > _MAX_CAUSE:
+        text = text[: _MAX_CAUSE - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @contextmanager
@@ -219,6 +228,8 @@ class VLLMBackend(LLM):
                 f.seek(start_offset)
                 text = f.read()
             cause = startup_failure_cause(text, exc)
+            with open(self.log_path, "a", encoding="utf-8") as f:  # the whole story stays in the log
+                f.write("\nhipporag2: the engine failed to start:\n" + traceback.format_exc())
             raise VLLMSetupError(
                 f"the vLLM engine failed to start for llm.model={self.cfg.model}: {cause} "
                 f"(full log: {self.log_path})"
