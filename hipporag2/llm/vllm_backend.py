@@ -128,15 +128,24 @@ def structured_output_kwargs(json_schema: str) -> dict[str, Any]:
     vLLM >= 0.10.2 takes `structured_outputs=StructuredOutputsParams(json=...)`
     (the old `guided_decoding` field was removed in 0.12); older releases
     take `guided_decoding=GuidedDecodingParams(json=...)`.
+    Whitespace between JSON tokens is not allowed (`disable_any_whitespace`, where
+    the release has it), as in the transformers backend's grammar: the model cannot
+    spend its budget on newlines, and both backends decode under the same grammar.
     """
+    import dataclasses
+
     schema = json.loads(json_schema)
     try:
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm.sampling_params import StructuredOutputsParams as Params
+        field = "structured_outputs"
     except ImportError:
-        from vllm.sampling_params import GuidedDecodingParams
-
-        return {"guided_decoding": GuidedDecodingParams(json=schema)}
-    return {"structured_outputs": StructuredOutputsParams(json=schema)}
+        from vllm.sampling_params import GuidedDecodingParams as Params
+        field = "guided_decoding"
+    kwargs: dict[str, Any] = {"json": schema}
+    names = {f.name for f in dataclasses.fields(Params)} if dataclasses.is_dataclass(Params) else set()
+    if "disable_any_whitespace" in names:
+        kwargs["disable_any_whitespace"] = True
+    return {field: Params(**kwargs)}
 
 
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit)):\s*(\S.*)$")
