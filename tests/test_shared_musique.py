@@ -87,3 +87,128 @@ def test_bm25_runs(shared_data, cache_dir, tmp_path):
     metrics = _run(shared_data, cache_dir, tmp_path, "retrieval=bm25")
     assert 0 < metrics["recall@5"] <= 100
     assert len((tmp_path / "retrieval.jsonl").read_text().splitlines()) == 100
+
+
+# ---- the reference filter program through an OpenAI-compatible server -----------------
+# The server below is a loopback HTTP endpoint with canned replies, not an LLM: what is
+# tested is our side of the filter (the request we send and how we read the reply),
+# against the reference implementation's own DSPyFilter on the same inputs.
+
+_SHAPES = ("well formed", "empty list", "header missing", "code fence", "inline header", "bare list",
+           "truncated JSON", "non-string element", "python literal", "recased and invented", "repeats",
+           "prose")
+
+
+def _canned_reply(shape: str, cands: list) -> str:
+    h, c = "[[ ## fact_after_filter ## ]]", "[[ ## completed ## ]]"
+    two = cands[:2]
+    body = json.dumps({"fact": two})
+    return {
+        "well formed": f"{h}\n{body}\n\n{c}",
+        "empty list": f'{h}\n{{"fact": []}}\n\n{c}',
+        "header missing": body,
+        "code fence": f"{h}\n```json\n{body}\n```\n\n{c}",
+        "inline header": f"{h} {body}\n\n{c}",
+        "bare list": f"{h}\n{json.dumps(two)}\n\n{c}",
+        "truncated JSON": f"{h}\n{body[: len(body) // 2]}",
+        "non-string element": f"{h}\n{json.dumps({'fact': [[cands[0][0], 7, cands[0][2]]]})}\n\n{c}",
+        "python literal": f"{h}\n{repr({'fact': [tuple(f) for f in two]})}\n\n{c}",
+        "recased and invented": f"{h}\n{json.dumps({'fact': [[x.title() for x in cands[-1]], ['nobody', 'knows', 'this']]})}\n{c}",
+        "repeats": f"{h}\n{json.dumps({'fact': [cands[1], cands[1], cands[0]] + cands})}\n{c}",
+        "prose": "None of these facts help with the question.",
+    }[shape]
+
+
+class _CannedServer:
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.requests = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                last = body["messages"][-1]["content"]
+                facts_text = last.split("[[ ## fact_before_filter ## ]]\n", 1)[1].split("\n\nRespond with", 1)[0]
+                cands = json.loads(facts_text)["fact"]
+                shape = _SHAPES[sum(map(ord, last)) % len(_SHAPES)]
+                reply = _canned_reply(shape, cands)
+                server.requests.append((body, shape, reply))
+                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}],
+                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_reference_filter_program_through_a_server_matches_the_reference(shared_data, cache_dir, tmp_path):
+    """Every question's request equals the reference DSPyFilter's messages, and every
+    question keeps the facts the reference keeps for the same reply (falling back to
+    dense retrieval where it falls back), over 12 reply shapes."""
+    pytest.importorskip("dspy")
+    from types import SimpleNamespace
+
+    from tests import reference_oracle
+
+    ref = reference_oracle.load("rerank")["rerank"]
+    server = _CannedServer()
+    try:
+        metrics = _run(shared_data, cache_dir, tmp_path, "retrieval=hipporag2", "retrieval.filter=llm",
+                       "retrieval.filter_program=reference", "llm=openai_compatible", f"llm.base_url={server.url}",
+                       "llm.model=canned-replies", "llm.max_retries=0")
+    finally:
+        server.close()
+    rows = [json.loads(line) for line in (tmp_path / "retrieval.jsonl").read_text().splitlines()]
+    assert len(rows) == len(server.requests) == 100
+    by_question = {}
+    for body, shape, reply in server.requests:
+        q = body["messages"][-1]["content"].split("[[ ## question ## ]]\n", 1)[1].split("\n\n[[ ## fact_before_filter", 1)[0]
+        by_question[q] = (body, shape, reply)
+
+    class Recorder:
+        reply, sent = "", None
+
+        def infer(self, messages, **kwargs):
+            self.sent = (messages, kwargs)
+            return self.reply, {}, False
+
+    llm = Recorder()
+    rfilter = ref.DSPyFilter(SimpleNamespace(global_config=SimpleNamespace(rerank_dspy_file_path=None, llm_name="m"),
+                                             llm_model=llm))
+    shapes_seen = set()
+    fallbacks = 0
+    for row in rows:
+        body, shape, reply = by_question[row["question"]]
+        shapes_seen.add(shape)
+        cands = [tuple(f) for f, _ in row["candidate_facts"]]
+        llm.reply = reply
+        with reference_oracle.quiet():
+            _, kept_ref, _ = rfilter.rerank(row["question"], cands, list(range(len(cands))), len_after_rerank=5)
+        theirs = [{"role": m["role"], "content": m["content"]} for m in llm.sent[0]]
+        label = f"question {row['id']} (reply shape {shape!r})"
+        assert body["messages"] == theirs, label + ": request messages differ from the reference's"
+        assert body["max_tokens"] == llm.sent[1]["max_completion_tokens"] == 512, label
+        assert [tuple(f) for f, _ in row["kept_facts"]] == [tuple(f) for f in kept_ref], label + ": kept facts differ"
+        assert row["fallback"] == (len(kept_ref) == 0), label + ": fallback differs"
+        fallbacks += row["fallback"]
+    assert shapes_seen == set(_SHAPES)
+    stats = metrics["filter_stats"]
+    assert stats["requests"] == 100 and stats["parsed"] + stats["repaired"] + stats["unparsable"] == 100
+    assert metrics["dense_fallbacks"] == fallbacks > 0
+    assert metrics["filter_program"]["name"] == "reference" and len(metrics["filter_program"]["sha256"]) == 64
