@@ -125,6 +125,9 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # Which `Answer:` marker counts: reference (the text between the first marker and the
+    # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
+    answer_marker: str = "reference"
     # Questions per LLM call. Each call's answers enter the response cache when it
     # returns, so a QA stage killed part-way asks only the unfinished chunks again
     # (the vLLM backend answers a call as one batch).
@@ -154,6 +157,7 @@ _CHOICES = {
     "retrieval.linking": ("query_to_triple", "ner_to_node", "query_to_node"),
     "retrieval.filter": ("llm", "none"),
     "retrieval.filter_parse": ("reference", "lenient"),
+    "qa.answer_marker": ("reference", "last"),
     "embedding.backend": ("sentence_transformers", "nv_embed_v2", "gritlm"),
     "llm.backend": ("transformers", "openai", "vllm"),
     "llm.on_failure": ("record", "stop"),

@@ -18,7 +18,7 @@ from hipporag2.retrieve.filter_llm import (
     parse_filter_answer,
     program_from_dict,
 )
-from hipporag2.qa.reader import extract_answer
+from hipporag2.qa.reader import extract_answer, extract_answer_reference
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "hipporag2" / "resources" / "demo"
@@ -138,7 +138,21 @@ def test_filter_answer_parsing():
     ],
 )
 def test_answer_after_last_marker(text, expected, found):
-    assert extract_answer(text) == (expected, found)
+    assert extract_answer(text) == (expected, found)  # qa.answer_marker=last
+
+
+@pytest.mark.parametrize(
+    "text, expected, found",
+    [
+        ("Thought about it.\nAnswer: Brackmoor", "Brackmoor", True),
+        ("Answer: wrong\nOn reflection...\nAnswer:  Tobias Grell \n", "wrong\nOn reflection...", True),
+        ("the answer: 1994", "the answer: 1994", False),
+        (" Brackmoor ", " Brackmoor ", False),
+        ("", "", False),
+    ],
+)
+def test_answer_as_the_reference_reads_it(text, expected, found):
+    assert extract_answer_reference(text) == (expected, found)  # qa.answer_marker=reference (default)
 
 
 # ---- DSPy program: build and round-trip without a model ----------------------------
@@ -255,7 +269,7 @@ def test_qa_with_smollm2(smol_setup, tmp_path):
         assert set(r) >= {"id", "question", "gold_answers", "prediction", "raw_output", "passages"}
         assert r["gold_answers"] == q.gold_answers
         assert r["passages"] == [corpus.passages[i].title for i in res.ranked[: cfg.qa.qa_top_k]]
-        assert r["prediction"] == extract_answer(r["raw_output"])[0]
+        assert r["prediction"] == extract_answer_reference(r["raw_output"])[0]
     assert "qa" in llm.usage()
 
 

@@ -91,3 +91,66 @@ def test_min_max_and_tie_order(ref, x):
     np.testing.assert_array_equal(min_max(a), mu.min_max_normalize(a), err_msg=f"min-max of {x!r}")
     # The reference ranks with np.argsort(x)[::-1]: ties to the higher index.
     np.testing.assert_array_equal(rank_desc(a), np.argsort(a)[::-1], err_msg=f"ranking of {x!r}")
+
+
+# ---- QA: the reader's request structure and answer extraction -------------------------
+
+class _RecordingLLM:
+    """Stands in for the reference's LLM object only: records messages, returns a canned reply."""
+
+    def __init__(self):
+        self.reply, self.messages = "", None
+
+    def infer(self, messages, **kwargs):
+        self.messages = messages
+        return self.reply, {}, False
+
+
+@pytest.fixture(scope="module")
+def ref_qa():
+    m = reference_oracle.load("HippoRAG", "utils.misc_utils", "prompts.prompt_template_manager")
+    obj = object.__new__(m["HippoRAG"].HippoRAG)  # its methods only, never its __init__
+    obj.llm_model = _RecordingLLM()
+    obj.prompt_template_manager = m["prompts.prompt_template_manager"].PromptTemplateManager(
+        role_mapping={"system": "system", "user": "user", "assistant": "assistant"})
+    return obj, m["utils.misc_utils"].QuerySolution
+
+
+def _reference_answer(ref_qa, reply: str, question: str, docs, top_k: int):
+    from types import SimpleNamespace
+
+    obj, QuerySolution = ref_qa
+    obj.global_config = SimpleNamespace(qa_top_k=top_k, dataset="musique")
+    obj.llm_model.reply = reply
+    with reference_oracle.quiet():
+        import logging
+
+        logging.getLogger("hipporag").disabled = True
+        solutions, _, _ = obj.qa([QuerySolution(question=question, docs=list(docs))])
+    return solutions[0].answer, obj.llm_model.messages
+
+
+_reply = st.lists(st.sampled_from(["Answer:", "answer:", " Paris ", "\n", "So", "Answer: 1862.", "x"]), max_size=6).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(reply=_reply | st.text(max_size=30))
+def test_qa_answer_extraction(ref_qa, reply):
+    from hipporag2.qa.reader import extract_answer_reference
+
+    theirs, _ = _reference_answer(ref_qa, reply, "Q?", ["T\nx"], 1)
+    assert extract_answer_reference(reply)[0] == theirs, f"answer read from {reply!r}"
+
+
+def test_qa_prompt_has_the_reference_structure(ref_qa):
+    """Same turns, same passages in the same order, each introduced by a title line and
+    followed by a blank line, then the question and the cue; only our wording differs."""
+    from hipporag2.qa import prompts
+
+    passages = [("Radio City", "Radio City is India's first private FM station."), ("Delhi", "Delhi is a city."),
+                ("Third", "Not used at top_k=2.")]
+    _, msgs = _reference_answer(ref_qa, "Answer: x", "Where is Radio City?", [f"{t}\n{x}" for t, x in passages], 2)
+    ours = prompts.reader_messages(passages[:2], "Where is Radio City?")
+    assert [r for r, _ in ours] == [m["role"] for m in msgs]
+    theirs = msgs[-1]["content"].replace("Wikipedia Title: ", "Passage: ").replace("\nThought: ", "\n" + prompts.CUE)
+    assert ours[-1][1] == theirs
