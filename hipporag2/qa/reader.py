@@ -47,12 +47,11 @@ def extract_answer(text: str) -> Tuple[str, bool]:
 
 
 
-ANSWER_READERS = {"reference": extract_answer_reference, "last": extract_answer}
-
-
 def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     top_k = cfg.qa.qa_top_k
-    read_answer = ANSWER_READERS[cfg.qa.answer_marker]
+    from hipporag2.registry import QA_ANSWER_MARKERS
+
+    read_answer = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
     requests = [
         ChatRequest(

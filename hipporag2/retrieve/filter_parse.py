@@ -36,7 +36,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from pydantic import BaseModel, Field, TypeAdapter
 
@@ -189,14 +189,12 @@ class ReplyReader:
         return self.map(reply.facts, candidates, top_k), reply.outcome
 
 
-READERS: Dict[str, ReplyReader] = {
-    "reference": ReplyReader("reference", parse_reference, closest_candidates),
-    "lenient": ReplyReader("lenient", parse_lenient, map_to_candidates),
-}
+REFERENCE_READER = ReplyReader("reference", parse_reference, closest_candidates)
+LENIENT_READER = ReplyReader("lenient", parse_lenient, map_to_candidates)
 
 
 def reply_reader(name: str) -> ReplyReader:
-    try:
-        return READERS[name]
-    except KeyError:
-        raise ValueError(f"retrieval.filter_parse={name!r} is not one of {sorted(READERS)}") from None
+    """The `retrieval.filter_parse` choice `name` (hipporag2.registry.FILTER_PARSERS)."""
+    from hipporag2.registry import FILTER_PARSERS
+
+    return FILTER_PARSERS.load(name)

@@ -36,8 +36,6 @@ REFERENCE_VERSION = "2.0.0a4"
 REFERENCE_MODULE = "hipporag/prompts/filter_default_prompt.py"
 REFERENCE_VARIABLE = "best_dspy_prompt"
 
-# Program names a config may give instead of a path.
-PROGRAM_NAMES = ("reference", "own")
 
 INPUT_FIELDS = ("question", "fact_before_filter")
 OUTPUT_FIELD = "fact_after_filter"
@@ -201,6 +199,12 @@ def reference_program() -> FilterProgram:
         raise ProgramError(str(exc)) from None
 
 
+def own_program() -> FilterProgram:
+    from hipporag2.data.validate import validate_filter_program
+
+    return program_from_dict(validate_filter_program(OWN_PROGRAM), str(OWN_PROGRAM), name="own")
+
+
 def load_program(spec: Optional[str | Path] = None) -> FilterProgram:
     """The program a `retrieval.filter_program` value names (None = `own`).
 
@@ -208,17 +212,20 @@ def load_program(spec: Optional[str | Path] = None) -> FilterProgram:
     """
     from hipporag2.data.validate import validate_filter_program
 
-    if spec is None or str(spec) == "own":
-        p = OWN_PROGRAM
-        return program_from_dict(validate_filter_program(p), str(p), name="own")
-    if str(spec) == "reference":
-        return reference_program()
+    from hipporag2.registry import FILTER_PROGRAMS
+
+    if spec is None:
+        return own_program()
+    if str(spec) in FILTER_PROGRAMS:
+        return FILTER_PROGRAMS.load(str(spec))()
     p = Path(spec)
     return program_from_dict(validate_filter_program(p), str(p), name=str(p))
 
 
 def program_file(spec: Optional[str]) -> Optional[Path]:
     """The file a `retrieval.filter_program` value names, or None for a program name."""
-    if spec is None or str(spec) in PROGRAM_NAMES:
+    from hipporag2.registry import FILTER_PROGRAMS
+
+    if spec is None or str(spec) in FILTER_PROGRAMS:
         return None
     return Path(spec)
