@@ -15,7 +15,7 @@ reference_oracle.require_reference()
 
 from hipporag2.evaluate.metrics import exact_match, normalise_answer, recall_at_k, token_f1  # noqa: E402
 from hipporag2.graph.triples import clean_triples  # noqa: E402
-from hipporag2.qa.reader import extract_answer  # noqa: E402
+
 from hipporag2.retrieve.scoring import min_max, rank_desc  # noqa: E402
 from hipporag2.text import normalise_phrase, passage_id, phrase_id  # noqa: E402
 
