@@ -184,6 +184,7 @@ def test_reference_filter_program_through_a_server_matches_the_reference(shared_
     question keeps the facts the reference keeps for the same reply (falling back to
     dense retrieval where it falls back), over 12 reply shapes."""
     pytest.importorskip("dspy")
+    import uuid
     from types import SimpleNamespace
 
     from tests import reference_oracle
@@ -193,7 +194,8 @@ def test_reference_filter_program_through_a_server_matches_the_reference(shared_
     try:
         metrics = _run(shared_data, cache_dir, tmp_path, "retrieval=hipporag2", "retrieval.filter=llm",
                        "retrieval.filter_program=reference", "llm=openai_compatible", f"llm.base_url={server.url}",
-                       "llm.model=canned-replies", "llm.max_retries=0")
+                       f"llm.model=canned-replies-{uuid.uuid4().hex[:8]}",  # never answered from the LLM cache
+                       "llm.max_retries=0")
     finally:
         server.close()
     rows = [json.loads(line) for line in (tmp_path / "retrieval.jsonl").read_text().splitlines()]
