@@ -72,3 +72,21 @@ def test_docs_without_title_and_bm25(tmp_path):
     rag.index(docs)
     top = rag.retrieve(["Who attended the ball?"], num_to_retrieve=1)[0]
     assert top.docs == [docs[2]] and top.kept_facts is None
+
+
+def test_rag_qa_with_a_real_local_model(world, tmp_path):
+    """rag_qa on retrieved results with SmolLM2-135M (CPU): answers for every query,
+    EM/F1 against the gold answers and recall against gold passages."""
+    root, overrides, scratch = world
+    rag = HippoRAG(scratch.save_dir, overrides + ["llm=smollm2_cpu", "llm.max_new_tokens=24", "qa.qa_top_k=2"])
+    results = rag.retrieve(QUESTIONS[:2], num_to_retrieve=3)
+    gold_docs = [[PASSAGES[0], PASSAGES[1]], [PASSAGES[3], PASSAGES[6]]]
+    report = rag.rag_qa(results, gold_answers=[["River Tessaly"], "Oskar Threnody"], gold_docs=gold_docs)
+    assert [r.question for r in report.results] == QUESTIONS[:2]
+    assert all(isinstance(a, str) for a in report.answers) and report.llm_failures == 0
+    assert 0.0 <= report.em <= report.f1 <= 100.0
+    assert report.results[1].gold_answers == ["Oskar Threnody"]
+    expected = 100 * np.mean([len(set(g) & set(r.docs[:2])) / 2 for g, r in zip(gold_docs, results)])
+    assert report.recall["recall@2"] == round(expected, 1)
+    with pytest.raises(ConfigError, match="needs an LLM"):
+        scratch.rag_qa(QUESTIONS[:1])  # llm=none
