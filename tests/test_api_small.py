@@ -38,7 +38,9 @@ def test_insert_then_delete_equal_from_scratch(world, tmp_path):
     assert scratch.graph_stats["synonym_edges"] > 0 and _same(rag, scratch)
     assert [r.docs for r in rag.retrieve(QUESTIONS, 7)] == [r.docs for r in scratch.retrieve(QUESTIONS, 7)]
     assert rag.delete(PASSAGES[4:]) == 3 and _same(rag, small)
-    assert [r.doc_scores for r in rag.retrieve(QUESTIONS, 4)] == [r.doc_scores for r in small.retrieve(QUESTIONS, 4)]
+    got, want = rag.retrieve(QUESTIONS, 4), small.retrieve(QUESTIONS, 4)
+    # prpack varies by ~1e-14 from call to call; the graphs themselves are equal (above)
+    np.testing.assert_allclose([r.doc_scores for r in got], [r.doc_scores for r in want], rtol=0, atol=1e-10)
 
 
 def test_results_are_typed(world):
@@ -55,6 +57,12 @@ def test_reopen_and_refusals(world):
     root, overrides, scratch = world
     again = HippoRAG(scratch.save_dir, overrides)
     assert _same(again, scratch) and again.index(PASSAGES) == 0
+    from hipporag2.cli import compose
+
+    typed = HippoRAG(scratch.save_dir, config=compose(overrides + [f"run_dir={root / 'run'}"]))
+    assert _same(typed, scratch)
+    with pytest.raises(ConfigError, match="either overrides or config"):
+        HippoRAG(scratch.save_dir, overrides, config=typed.cfg)
     with pytest.raises(ConfigError, match="embedded by"):
         HippoRAG(scratch.save_dir, overrides + ["embedding.max_length=64"])
     with pytest.raises(ConfigError, match="is not one of"):
