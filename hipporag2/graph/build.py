@@ -14,7 +14,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from hipporag2.config import GraphConfig
-from hipporag2.graph.synonyms import synonym_pairs
+from hipporag2.graph.synonyms import SynonymPairs, synonym_arrays
 from hipporag2.graph.triples import (
     Triple,
     TripleStats,
@@ -100,7 +100,10 @@ def build_edges(
     phrase_embeddings: np.ndarray | None,
     cfg: GraphConfig,
     progress: bool = False,
+    synonyms: SynonymPairs | None = None,
 ) -> Tuple[GraphEdges, GraphStats]:
+    """The edges of SPEC §2. `synonyms`: the synonym KNN's pairs when the caller has
+    them already (computed from `phrase_embeddings` with `cfg`'s settings otherwise)."""
     n_phr, n_pas = len(content.phrases), len(content.passages)
     index = content.phrase_index
     edge_map: Dict[Tuple[int, int], Tuple[float, int]] = {}
@@ -135,15 +138,17 @@ def build_edges(
     if cfg.synonym_edges and n_phr:
         if phrase_embeddings is None or len(phrase_embeddings) != n_phr:
             raise ValueError("phrase embeddings must have one row per phrase node")
-        pairs = synonym_pairs(
-            content.phrases,
-            phrase_embeddings,
-            threshold=cfg.synonymy_edge_sim_threshold,
-            top_k=cfg.synonymy_edge_topk,
-            max_neighbours=cfg.synonymy_edge_max_neighbours,
-            block_size=cfg.knn_block_size,
-            progress=progress,
-        )
+        if synonyms is None:
+            synonyms = synonym_arrays(
+                content.phrases,
+                phrase_embeddings,
+                threshold=cfg.synonymy_edge_sim_threshold,
+                top_k=cfg.synonymy_edge_topk,
+                max_neighbours=cfg.synonymy_edge_max_neighbours,
+                block_size=cfg.knn_block_size,
+                progress=progress,
+            )
+        pairs = synonyms.as_tuples()
         for a, b, score in pairs:
             pair = key(a, b)
             prev = edge_map.get(pair)

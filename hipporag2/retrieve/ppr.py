@@ -71,6 +71,7 @@ import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 import igraph as ig
@@ -169,15 +170,84 @@ class PrpackSolver:
 def _edge_arrays(graph: ig.Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     m = graph.ecount()
     edges = np.array(graph.get_edgelist(), dtype=np.int64).reshape(m, 2)
-    if "weight" in graph.es.attributes():
-        w = np.array(graph.es["weight"], dtype=np.float64)
-        if np.isnan(w).any():
-            # prpack would return all-NaN scores; nothing to reproduce there
-            raise ValueError("edge weights contain NaN; personalized PageRank is undefined")
-    else:
-        w = np.ones(m)
+    w = np.array(graph.es["weight"], dtype=np.float64) if "weight" in graph.es.attributes() else np.ones(m)
+    return edges[:, 0], edges[:, 1], w
+
+
+# rows of one column panel of S: its gathered rows of a block fill about this many bytes
+PANEL_BYTES = 4 << 20
+
+
+@dataclass
+class PreparedGraph:
+    """What `BatchedSolver` derives from a graph once: the symmetric operator S in the
+    solver's degree order and in column panels, each component's top eigenvector, and
+    (once found) the interval holding the rest of S's spectrum. Saved with an index
+    (`graph/prepared.py`) so that reopening it costs a load of these arrays."""
+
+    n: int
+    block_size: int
+    pos: np.ndarray  # (n,) node -> its row in the degree-ordered block; nodes without edges last
+    n_active: int
+    sqrt_deg: np.ndarray  # (n_active,)
+    S: sp.csr_matrix  # (n_active, n_active), D^-1/2 W D^-1/2 in the degree order
+    panels: Panels
+    comp_of: np.ndarray  # (n_active,) component of each row
+    comp_val: np.ndarray  # (n_active,) that component's unit eigenvector there
+    n_comp: int
+    interval: tuple[float, float] | None = None
+
+    @property
+    def dangling(self) -> np.ndarray:
+        """Nodes without edges (y = u there), in the graph's numbering."""
+        return np.flatnonzero(self.pos >= self.n_active)
+
+    @property
+    def active(self) -> np.ndarray:
+        """The nodes with edges, in the block's (degree) order."""
+        order = np.empty(self.n, dtype=np.int64)
+        order[self.pos] = np.arange(self.n)
+        return order[: self.n_active]
+
+    def components(self) -> sp.csr_matrix:
+        """One unit column per connected component (see `component_vectors`)."""
+        return sp.csr_matrix((self.comp_val, self.comp_of, np.arange(self.n_active + 1)), shape=(self.n_active, self.n_comp))
+
+
+def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, block_size: int = 32,
+                  with_interval: bool = False) -> PreparedGraph:
+    """The solver's view of an undirected weighted multigraph given as edge arrays
+    (no igraph graph needed): the edges prpack keeps, S, its panels, the components.
+    `with_interval` also finds the spectral interval (Lanczos; otherwise on first need)."""
+    w = np.asarray(weight, dtype=np.float64)
+    if np.isnan(w).any():
+        # prpack would return all-NaN scores; nothing to reproduce there
+        raise ValueError("edge weights contain NaN; personalized PageRank is undefined")
     keep = w > 0  # prpack drops edges of weight <= 0 in undirected graphs
-    return edges[keep, 0], edges[keep, 1], w[keep]
+    src, dst, w = np.asarray(src)[keep], np.asarray(dst)[keep], w[keep]
+    W = sp.coo_matrix(
+        (np.concatenate([w, w]), (np.concatenate([src, dst]), np.concatenate([dst, src]))), shape=(n, n)
+    ).tocsr()  # sums parallel edges; a self-loop lands twice on the diagonal, as in prpack
+    deg = np.asarray(W.sum(axis=1)).ravel()
+    # hubs first, dangling (deg 0) last so the block leaves them out
+    order = np.argsort(-deg, kind="stable")
+    n_active = int(np.count_nonzero(deg > 0))
+    active = order[:n_active]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    sqrt_deg = np.sqrt(deg[active])
+    inv = sp.diags(1.0 / sqrt_deg)
+    S = sp.csr_matrix(inv @ W[active][:, active] @ inv)
+    del W
+    S.sum_duplicates()
+    S.sort_indices()
+    block = max(1, int(block_size))
+    panels = Panels.build(S, max(1024, PANEL_BYTES // (8 * block)))
+    V = component_vectors(S, sqrt_deg)
+    prep = PreparedGraph(n, block, pos, n_active, sqrt_deg, S, panels, V.indices.astype(np.int64), V.data, V.shape[1])
+    if with_interval and n_active:
+        prep.interval = spectral_interval(S, V)
+    return prep
 
 
 class _Operator:
@@ -187,12 +257,9 @@ class _Operator:
     (see `ppr_kernels`); the loops themselves are compiled and release the GIL.
     """
 
-    PANEL_BYTES = 4 << 20
-
-    def __init__(self, S: sp.csr_matrix, block_size: int):
+    def __init__(self, S: sp.csr_matrix, panels: Panels):
         self.S = S
-        rows = max(1024, self.PANEL_BYTES // (8 * max(1, block_size)))
-        self.panels = Panels.build(S, rows)
+        self.panels = panels
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
         """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
@@ -329,35 +396,36 @@ class BatchedSolver:
         max_iter: int = 10_000,
     ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
-        self.n = n = graph.vcount()
+        src, dst, w = _edge_arrays(graph)
+        self._setup(prepare_graph(graph.vcount(), src, dst, w, block_size), block_size, tol, n_threads, max_iter)
+
+    @classmethod
+    def from_prepared(cls, prepared: "PreparedGraph", tol: float = 1e-11, n_threads: int | None = None,
+                      max_iter: int = 10_000) -> "BatchedSolver":
+        """A solver over a graph prepared before (`prepare_graph`, perhaps loaded from disk:
+        `graph.prepared`), so opening an index costs a load, not the preparation."""
+        self = cls.__new__(cls)
+        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter)
+        return self
+
+    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter) -> None:
+        self.prepared = prep
+        self.n = prep.n
         self.block_size = max(1, int(block_size))
         self.tol = float(tol)
         self.max_iter = int(max_iter)
         self.n_threads = max(1, n_threads if n_threads is not None else min(2, os.cpu_count() or 1))
-
-        src, dst, w = _edge_arrays(graph)
-        W = sp.coo_matrix(
-            (np.concatenate([w, w]), (np.concatenate([src, dst]), np.concatenate([dst, src]))), shape=(n, n)
-        ).tocsr()  # sums parallel edges; a self-loop lands twice on the diagonal, as in prpack
-        deg = np.asarray(W.sum(axis=1)).ravel()
-        # hubs first, dangling (deg 0) last so the CG vectors can leave them out
-        self.order = np.argsort(-deg, kind="stable")
-        self.n_active = int(np.count_nonzero(deg > 0))
-        self.active = self.order[: self.n_active]
-        self.pos = np.empty(n, dtype=np.int64)  # node -> its row in the degree-ordered block
-        self.pos[self.order] = np.arange(n)
-        self.dangling = self.order[self.n_active :]
-        self.sqrt_deg = np.sqrt(deg[self.active])
-        inv = sp.diags(1.0 / self.sqrt_deg)
-        S = sp.csr_matrix(inv @ W[self.active][:, self.active] @ inv)
-        S.sum_duplicates()
-        S.sort_indices()
-        self.op = _Operator(S, self.block_size)
-        self.components = component_vectors(S, self.sqrt_deg)
+        self.n_active = prep.n_active
+        self.pos = prep.pos  # node -> its row in the degree-ordered block
+        self.dangling = prep.dangling
+        self.active = prep.active
+        self.sqrt_deg = prep.sqrt_deg
+        self.op = _Operator(prep.S, prep.panels)
+        self.components = prep.components()
         # V @ beta as a gather (V has one nonzero per row): far cheaper than sparse @ dense
-        self._comp_of = self.components.indices
-        self._comp_val = self.components.data
-        self._interval: tuple[float, float] | None = None  # S's spectrum without its 1s, on first need
+        self._comp_of = prep.comp_of
+        self._comp_val = prep.comp_val
+        self._interval = prep.interval  # S's spectrum without its 1s; None: found on first need
         self._spare: list[_Workspace] = []  # full-size block workspaces, one per thread at most
         self._spare_lock = threading.Lock()
 
@@ -476,6 +544,7 @@ class BatchedSolver:
         """Where S's eigenvalues lie once each component's eigenvalue 1 is taken out."""
         if self._interval is None:
             self._interval = spectral_interval(self.op.S, self.components)
+            self.prepared.interval = self._interval
         return self._interval
 
     def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray) -> np.ndarray:
