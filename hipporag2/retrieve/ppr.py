@@ -408,6 +408,16 @@ class BatchedSolver:
         self._setup(prepared, prepared.block_size, tol, n_threads, max_iter)
         return self
 
+    @classmethod
+    def from_edges(cls, edges, cache_dir=None, block_size: int = 32, **kw) -> "BatchedSolver":
+        """A solver over an index's edges (`graph.build.GraphEdges`), no igraph graph built;
+        the preparation is loaded from `cache_dir` when saved there before, and saved
+        there otherwise (`ppr_store`)."""
+        from hipporag2.retrieve.ppr_store import prepared_graph
+
+        prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
+        return cls.from_prepared(prep, **kw)
+
     def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter) -> None:
         self.prepared = prep
         self.n = prep.n
@@ -755,3 +765,15 @@ def make_solver(name: str, graph: ig.Graph) -> PPRSolver:
     from hipporag2.registry import PPR_SOLVERS
 
     return PPR_SOLVERS.load(name)(graph)
+
+
+def make_index_solver(name: str, edges, igraph_graph, cache_dir=None) -> PPRSolver:
+    """The solver `name` for an index's graph: from its edge arrays when the solver can
+    start from them (`from_edges`: no igraph graph, preparation cached in `cache_dir`),
+    else from the igraph graph `igraph_graph()` returns (built only then)."""
+    from hipporag2.registry import PPR_SOLVERS
+
+    cls = PPR_SOLVERS.load(name)
+    if hasattr(cls, "from_edges"):
+        return cls.from_edges(edges, cache_dir)
+    return cls(igraph_graph())
