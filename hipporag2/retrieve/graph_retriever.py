@@ -217,10 +217,13 @@ class GraphRetriever:
                     R[i, j] = w
                 if pseeds[r] is not None:
                     R[i, n_phr:] = pseeds[r]
-            ppr = self.solver.solve(R, cfg.damping, out=self._ppr_out.view(R.shape))
+            # only the nodes that are scored: the passages, or the phrases whose mass they sum
+            cols = slice(n_phr, n) if self.with_passage_nodes else slice(0, n_phr)
+            width = cols.stop - cols.start
+            ppr = self.solver.solve(R, cfg.damping, out=self._ppr_out.view((len(part), width)), columns=cols)
             for i, r in enumerate(part):
                 vec = ppr[i]
-                scores = vec[n_phr:] if self.with_passage_nodes else self.passage_phrase @ vec[:n_phr]
+                scores = vec if self.with_passage_nodes else self.passage_phrase @ vec
                 out[r] = query_result(block[r].id, links[r], idx, scores, dense[r], cfg.retrieval_top_k)
         return out
 
