@@ -208,6 +208,14 @@ for _name, _summary in (
 ):
     REPORT_TABLES.register(_name, "hipporag2.report.tables:build", _summary)
 
+ANALYSES = family("analyses", "", "What `hipporag2-analyze`, `hipporag2-explain` and `hipporag2-report --compare` write from a run folder.")
+ANALYSES.register("errors", "hipporag2.analysis.analyze:write_analysis",
+                  "Appendix E error categories of the questions with recall@k < 1 (errors.jsonl/.md/.csv)")
+ANALYSES.register("explain", "hipporag2.analysis.explain:explain_question",
+                  "one question's facts, seeds, PPR mass and seed-to-gold paths (ID.png, ID.txt)")
+ANALYSES.register("compare", "hipporag2.analysis.compare:compare_runs",
+                  "two runs per question: wins/losses/ties, paired bootstrap, biggest changes (.md/.csv/.png)")
+
 
 def markdown() -> str:
     """docs/choices.md: every family and its choices (regenerate with
