@@ -40,7 +40,9 @@ def run_once(data_dir: Path, cache: Path, run_dir: Path, solver: str) -> dict:
     # OpenMP threads (igraph's prpack, numba) wait passively unless told otherwise: spinning
     # for a descheduled partner thread on a shared machine flatters nobody but us
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
-    subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"run failed ({solver}): {done.stderr[-2000:]}")
     return json.loads((run_dir / "metrics.json").read_text())
 
 

@@ -46,7 +46,7 @@ def test_same_pairs_scores_and_tie_order_as_the_straightforward_version(block, s
         assert got == want, (thr, top_k, cap)
 
 
-def test_real_valued_embeddings_match_up_to_blas_rounding():
+def test_real_valued_embeddings_same_pairs_and_canonical_scores():
     rng = np.random.default_rng(3)
     centres = rng.normal(size=(30, 32))
     emb = centres[rng.integers(0, 30, size=400)] + 0.5 * rng.normal(size=(400, 32))
@@ -57,6 +57,9 @@ def test_real_valued_embeddings_match_up_to_blas_rounding():
     assert len(want) > 1000
     assert [(a, b) for a, b, _ in got] == [(a, b) for a, b, _ in want]
     np.testing.assert_allclose([s for *_, s in got], [s for *_, s in want], rtol=1e-6)
+    # the row-block search (what an incremental insert runs) gives the same, bit for bit
+    rows = synonym_pairs(phrases, emb, threshold=0.8, block_size=100, query_rows=np.arange(400))
+    assert got == rows
 
 
 def test_column_tiles_slot_overflow_and_arrays_api(monkeypatch):
@@ -68,7 +71,7 @@ def test_column_tiles_slot_overflow_and_arrays_api(monkeypatch):
     monkeypatch.setattr(syn, "TILE_COLUMNS", 9)  # many column tiles per row strip
     monkeypatch.setattr(syn, "SLOTS", 2)  # most rows overflow their slots and are rescanned
     arr = synonym_arrays(phrases, emb, threshold=0.5, block_size=4)
-    assert arr.as_tuples() == want and len(arr) == len(want)
+    assert arr.as_tuples() == want and len(arr.query) == len(want)
     assert arr.score.dtype == np.float32 and arr.query.dtype == np.int64
 
 

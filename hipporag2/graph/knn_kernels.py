@@ -18,24 +18,43 @@ from numba import njit, prange
 
 
 @njit(parallel=True, cache=True, boundscheck=False)
-def scan_tile(S, i0, j0, thr, counts, slot_j, slot_s):
+def scan_tile(S, i0, j0, thr, counts, slot_j):
     """One parallel pass over a tile of the upper triangle (global column >= global row,
-    the diagonal included): counts[a] = the hits of row a, the first slot_j.shape[1] of
-    them stored in row a's slots, columns ascending. A row with more hits is rescanned
-    by `offer_row` (rare: a phrase with that many near-duplicates in one tile)."""
+    the diagonal included): counts[a] = the entries >= thr in row a, the first
+    slot_j.shape[1] of their columns stored in row a's slots (ascending). A row with
+    more is read again by `fill_tile` (rare: that many near-duplicates in one tile)."""
     T, C = S.shape
     K = slot_j.shape[1]
     for a in prange(T):
         start = max(0, i0 + a - j0)
         c = 0
         for b in range(start, C):
-            v = S[a, b]
-            if v >= thr:
+            if S[a, b] >= thr:
                 if c < K:
                     slot_j[a, c] = j0 + b
-                    slot_s[a, c] = v
                 c += 1
         counts[a] = c
+
+
+@njit(cache=True, boundscheck=False)
+def fill_tile(S, i0, j0, thr, counts, slot_j, hit_i, hit_j):
+    """The candidates `scan_tile` counted, as (row, column) pairs row by row, columns ascending."""
+    T, C = S.shape
+    K = slot_j.shape[1]
+    p = 0
+    for a in range(T):
+        i = i0 + a
+        if counts[a] <= K:
+            for t in range(counts[a]):
+                hit_i[p] = i
+                hit_j[p] = slot_j[a, t]
+                p += 1
+        else:
+            for b in range(max(0, i - j0), C):
+                if S[a, b] >= thr:
+                    hit_i[p] = i
+                    hit_j[p] = j0 + b
+                    p += 1
 
 
 @njit(cache=True, boundscheck=False, inline="always")
@@ -76,24 +95,6 @@ def offer_hits(hit_i, hit_j, hit_s, is_query, count, nbr, score):
     """Each hit (i, j, s) of the upper triangle goes to i's list and to j's (i != j), for query rows."""
     for h in range(hit_i.shape[0]):
         _offer_pair(hit_i[h], hit_j[h], hit_s[h], is_query, count, nbr, score)
-
-
-@njit(cache=True, boundscheck=False)
-def offer_tile(S, i0, j0, thr, counts, slot_j, slot_s, is_query, count, nbr, score):
-    """Offer the hits `scan_tile` found, row by row in column order; rows whose hits
-    overflowed their slots are read again from the tile."""
-    T, C = S.shape
-    K = slot_j.shape[1]
-    for a in range(T):
-        i = i0 + a
-        if counts[a] <= K:
-            for t in range(counts[a]):
-                _offer_pair(i, slot_j[a, t], slot_s[a, t], is_query, count, nbr, score)
-        else:
-            for b in range(max(0, i - j0), C):
-                v = S[a, b]
-                if v >= thr:
-                    _offer_pair(i, j0 + b, v, is_query, count, nbr, score)
 
 
 @njit(cache=True, boundscheck=False)
