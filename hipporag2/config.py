@@ -7,6 +7,7 @@ be the hash of exactly the settings that change its output.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -32,6 +33,9 @@ class DatasetConfig:
     corpus_segments: int = 1
     segments_indexed: Optional[int] = None
     segment_queries: str = "indexed"
+    # A passage with an empty text: skipped with a warning and counted (false), or an
+    # error naming the record (true).
+    strict: bool = False
 
 
 @dataclass
@@ -60,6 +64,9 @@ class OpenIEConfig:
     output_path: Optional[str] = None
     # Fail when a corpus passage has no extraction in the imported file.
     require_complete: bool = False
+    # Least share of corpus passages an imported file must cover (hipporag2/gates.py);
+    # checked before embedding. 0 accepts any file.
+    min_coverage: float = 0.99
     # Fresh extraction only: output limits of the NER and the triple step (None: llm.max_new_tokens),
     # and passages per checkpoint (None: 64).
     ner_max_new_tokens: Optional[int] = None
@@ -110,6 +117,9 @@ class RetrievalConfig:
     ppr_solver: str = "prpack"
     # How many queries to solve at once with a batched solver.
     query_batch_size: int = 256
+    # Graph methods: the largest share of queries that may fall back to the dense
+    # ranking (no fact survived the filter) before the run stops; 1 accepts all.
+    max_fallback_rate: float = 0.5
 
 
 @dataclass
@@ -140,6 +150,9 @@ class Config:
     recall_k: List[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 50, 100, 200])
     progress: bool = True
     seed: int = 0
+    # Longest stretch of OpenIE or embedding work (seconds) that an interrupt can lose:
+    # those stages checkpoint at least this often (and every few thousand rows).
+    checkpoint_s: float = 30.0
 
 
 _CHOICES = {
@@ -149,6 +162,10 @@ _CHOICES = {
     "embedding.backend": ("sentence_transformers", "nv_embed_v2", "gritlm"),
     "llm.backend": ("transformers", "openai", "vllm"),
     "llm.on_failure": ("record", "stop"),
+    # Must match hipporag2.retrieve.ppr.SOLVERS (a test checks it); kept as names here
+    # so that start-up validation does not import the solvers.
+    "retrieval.ppr_solver": ("prpack", "batched"),
+    "dataset.segment_queries": ("indexed", "all"),
 }
 
 
@@ -169,10 +186,16 @@ def validate(cfg: Config) -> Config:
     for key, choices in _CHOICES.items():
         value = _get(cfg, key)
         if value not in choices:
-            problems.append(f"{key}={value!r} is not one of {list(choices)}")
+            near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(f"{key}={value!r} is not one of {list(choices)}{hint}")
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
+    if not 0.0 <= r.max_fallback_rate <= 1.0:
+        problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if not 0.0 <= cfg.openie.min_coverage <= 1.0:
+        problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:
         problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
@@ -187,10 +210,13 @@ def validate(cfg: Config) -> Config:
         problems.append(f"recall_k={cfg.recall_k} must hold positive integers")
     if cfg.qa.qa_top_k < 1:
         problems.append(f"qa.qa_top_k={cfg.qa.qa_top_k} must be >= 1")
+    if cfg.checkpoint_s < 0:
+        problems.append(f"checkpoint_s={cfg.checkpoint_s} must be >= 0")
     if cfg.qa.chunk_size < 1:
         problems.append(f"qa.chunk_size={cfg.qa.chunk_size} must be >= 1")
     if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        # One line: the CLI prints it as its whole answer (exit 2).
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
     return cfg
 
 

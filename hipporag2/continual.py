@@ -52,7 +52,7 @@ def check(ds: DatasetConfig) -> None:
     if ds.segment_queries not in SEGMENT_QUERIES:
         problems.append(f"dataset.segment_queries={ds.segment_queries!r} is not one of {list(SEGMENT_QUERIES)}")
     if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
 
 
 def restrict(corpus: Corpus, queries: List[Query], ds: DatasetConfig) -> Tuple[Corpus, List[Query]]:
