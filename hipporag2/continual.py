@@ -19,12 +19,10 @@ import logging
 from typing import List, Sequence, Tuple
 
 from hipporag2.config import ConfigError, DatasetConfig
+from hipporag2.registry import SEGMENT_QUERIES
 from hipporag2.data.loaders import Corpus, Query
 
 log = logging.getLogger("hipporag2")
-
-SEGMENT_QUERIES = ("indexed", "all")
-
 
 def passage_segments(n_passages: int, n_segments: int) -> List[int]:
     """Segment (0-based) of each passage position: contiguous, sizes differ by <= 1."""
@@ -49,8 +47,8 @@ def check(ds: DatasetConfig) -> None:
         problems.append(
             f"dataset.segments_indexed={ds.segments_indexed} must be between 1 and dataset.corpus_segments={ds.corpus_segments}"
         )
-    if ds.segment_queries not in SEGMENT_QUERIES:
-        problems.append(f"dataset.segment_queries={ds.segment_queries!r} is not one of {list(SEGMENT_QUERIES)}")
+    if not SEGMENT_QUERIES.accepts(ds.segment_queries):
+        problems.append(f"dataset.segment_queries={ds.segment_queries!r} is not one of {list(SEGMENT_QUERIES.names())}")
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
 

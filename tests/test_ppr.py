@@ -17,8 +17,8 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hipporag2.registry import PPR_SOLVERS
 from hipporag2.retrieve.ppr import (
-    SOLVERS,
     BatchedSolver,
     OutputBuffer,
     PrpackSolver,
@@ -225,8 +225,8 @@ def test_threads_kernel_fallback_and_registry():
     again.solve(R[::-1] * 3.0, 0.85)
     np.testing.assert_array_equal(again.solve(R, 0.5), first)
     assert isinstance(make_solver("batched", sg.graph), BatchedSolver)
-    assert set(SOLVERS) >= {"prpack", "batched"}
-    with pytest.raises(ValueError, match="not a known PPR solver"):
+    assert set(PPR_SOLVERS.names()) >= {"prpack", "batched"}
+    with pytest.raises(ValueError, match=r"retrieval\.ppr_solver='nope' is not one of"):
         make_solver("nope", sg.graph)
 
 

@@ -87,3 +87,25 @@ def test_bm25_runs(shared_data, cache_dir, tmp_path):
     metrics = _run(shared_data, cache_dir, tmp_path, "retrieval=bm25")
     assert 0 < metrics["recall@5"] <= 100
     assert len((tmp_path / "retrieval.jsonl").read_text().splitlines()) == 100
+
+
+def test_error_analysis_counts_sum_to_the_failing_questions(hipporag2_run, shared_data, cache_dir):
+    """Appendix E categories on the real run: every question with recall@5 < 1 gets one
+    primary category; the filter categories are not applicable without a filter."""
+    from hipporag2.analysis.analyze import classify_run
+    from hipporag2.analysis.errors import CATEGORY_ORDER, FILTER_FLAGS, error_table
+    from hipporag2.analysis.run_view import open_run
+
+    run_dir, metrics = hipporag2_run
+    cfg = compose(["dataset=musique_train", f"data_dir={shared_data}", f"openie.import_path={MUSIQUE_OPENIE}",
+                   "embedding=minilm", f"cache_dir={cache_dir}", f"run_dir={run_dir}", "progress=false",
+                   "retrieval=hipporag2", "retrieval.filter=none"])
+    view = open_run(run_dir, cfg)
+    cases, n = classify_run(view, k=5)
+    failing = sum(1 for r in view.rows
+                  if len(set(view.gold[r.id]) & {view.passage_strings[i] for i in r.ranked_corpus_idx[:5]}) < len(set(view.gold[r.id])))
+    assert n == 100 and len(cases) == failing > 0
+    table = error_table(cases, n, 5, filter_applied=False, n_samples=1000)
+    assert sum(r.primary_count for r in table.rows) == failing
+    assert all(c.flags[f] is None for c in cases for f in FILTER_FLAGS)
+    assert {c.category for c in cases} <= set(CATEGORY_ORDER) - set(FILTER_FLAGS)

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Iterable, List, Optional
 
 from hipporag2.data.errors import DataError
-from hipporag2.data.validate import check_text, require_bool, require_dict, require_list, require_str, type_name
+from hipporag2.data.validate import (  # noqa: F401 - read_json is part of this module's surface
+    check_text,
+    read_json,
+    require_bool,
+    require_dict,
+    require_list,
+    require_str,
+    type_name,
+)
 
 
 def passage_string(title: str, text: str) -> str:
@@ -58,33 +66,6 @@ class Query:
     question: str
     gold_answers: List[str] = field(default_factory=list)
     gold_passages: List[str] = field(default_factory=list)
-
-
-def read_json(path: Path | str) -> Any:
-    """Parse a JSON input file; every failure is a DataError naming the file."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, "file not found")
-    if not path.is_file():
-        raise DataError(path, "not a regular file (a folder?)")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise DataError(path, f"cannot read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not valid UTF-8 (byte offset {e.start})") from None
-    if text.startswith("\ufeff"):  # a UTF-8 byte-order mark, as some editors write
-        text = text[1:]
-    if not text.strip():
-        raise DataError(path, "the file is empty (expected JSON)")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise DataError(path, "not usable JSON: nested too deeply") from None
 
 
 def _require_str(path, rec, fieldname, value) -> str:

@@ -15,6 +15,7 @@ Limits (documented in docs/reliability.md):
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -35,6 +36,33 @@ def max_field_bytes() -> int:
             raise DataError("$HIPPORAG2_MAX_FIELD_BYTES", f"must be >= 1, got {value}")
         return value
     return DEFAULT_MAX_FIELD_BYTES
+
+
+def read_json(path: Path | str) -> Any:
+    """Parse a JSON input file; every failure is a DataError naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, "file not found")
+    if not path.is_file():
+        raise DataError(path, "not a regular file (a folder?)")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(path, f"cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not valid UTF-8 (byte offset {e.start})") from None
+    if text.startswith("\ufeff"):  # a UTF-8 byte-order mark, as some editors write
+        text = text[1:]
+    if not text.strip():
+        raise DataError(path, "the file is empty (expected JSON)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise DataError(path, "not usable JSON: nested too deeply") from None
 
 
 def type_name(value: Any) -> str:
@@ -126,8 +154,6 @@ def validate_filter_program(path: Path | str) -> Dict[str, Any]:
     (`{"instructions": string, "fields": [...]}`); at least one of a non-empty system
     message or instructions must be present.
     """
-    from hipporag2.data.loaders import read_json
-
     data = read_json(path)
     require_dict(path, None, None, data, "an object holding a saved DSPy program")
     pred, where = _find_predictor(path, data)

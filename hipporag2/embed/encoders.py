@@ -1,7 +1,7 @@
 """Text encoders. Each returns L2-normalised float32 rows.
 
 Adding an encoder = one config file in configs/embedding/ and, if it needs its own
-loading code, one small class registered in `ENCODERS`.
+loading code, one small class here registered in `hipporag2.registry.ENCODERS`.
 """
 from __future__ import annotations
 
@@ -142,12 +142,7 @@ class GritLMEncoder(Encoder):
         )
 
 
-ENCODERS = {
-    "sentence_transformers": SentenceTransformerEncoder,
-    "nv_embed_v2": NVEmbedV2Encoder,
-    "gritlm": GritLMEncoder,
-}
-
-
 def build_encoder(cfg: EmbeddingConfig) -> Encoder:
-    return ENCODERS[cfg.backend](cfg)
+    from hipporag2.registry import ENCODERS
+
+    return ENCODERS.load(cfg.backend)(cfg)

@@ -89,8 +89,9 @@ class LLM(abc.ABC):
     model_id: str
 
     def __init__(self, cfg: LLMConfig, cache: ResponseCache | None) -> None:
-        if cfg.on_failure not in ("record", "stop"):
-            raise ValueError(f"llm.on_failure={cfg.on_failure!r} must be 'record' or 'stop'")
+        from hipporag2.registry import LLM_ON_FAILURE
+
+        LLM_ON_FAILURE.check(cfg.on_failure)
         self.cfg = cfg
         self.cache = cache
         # Requests actually handed to the backend: lets callers and tests tell a
@@ -244,17 +245,7 @@ def build_llm(cfg: LLMConfig, cache_dir: str | Path | None) -> LLM:
             f"llm config {cfg.name!r} names no model; this run needs an LLM "
             "(choose e.g. llm=smollm2_cpu, llm=gpt4o_mini or llm=llama33_70b_vllm)"
         )
-    cache = open_cache(cache_dir)
-    if cfg.backend == "transformers":
-        from hipporag2.llm.transformers_backend import TransformersLLM
+    from hipporag2.registry import LLM_BACKENDS
 
-        return TransformersLLM(cfg, cache)
-    if cfg.backend == "openai":
-        from hipporag2.llm.openai_backend import OpenAILLM
-
-        return OpenAILLM(cfg, cache)
-    if cfg.backend == "vllm":
-        from hipporag2.llm.vllm_backend import VLLMBackend
-
-        return VLLMBackend(cfg, cache)
-    raise ValueError(f"unknown llm.backend {cfg.backend!r} (transformers | openai | vllm)")
+    backend = LLM_BACKENDS.load(cfg.backend)  # UnknownChoice before the cache is opened
+    return backend(cfg, open_cache(cache_dir))

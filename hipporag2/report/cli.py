@@ -3,6 +3,7 @@
     hipporag2-report runs/table4_ablations                     # table(s) to stdout
     hipporag2-report runs/musique_train/grid --out results/musique_train --name grid
     hipporag2-report --check runs/musique_train/**             # OK / OKish / FAIL, exit 1 on FAIL
+    hipporag2-report --compare RUN_A RUN_B --out DIR          # per-question A vs B (hipporag2.analysis.compare)
 
 Runs are folders with a metrics.json (searched recursively under each argument;
 globs allowed). Exit codes: 0 fine, 1 a check failed, 2 usage or data problem.
@@ -48,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, action="append", help="our expected numbers (default results/reference/*.yaml but paper)")
     p.add_argument("--strict-paper", action="store_true", help="show paper numbers only where the run's condition is the paper's")
     p.add_argument("--bootstrap", type=int, default=10000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--compare", action="store_true", help="two run folders: per-question wins/losses/ties at recall@K")
+    p.add_argument("--k", type=int, default=5, help="with --compare: the recall cut-off (default 5)")
     return p
 
 
@@ -88,6 +91,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: Optional[Sequence[str]]) -> int:
     args = _parser().parse_args(argv)
+    if args.compare:
+        from hipporag2.analysis.compare import compare_main
+
+        return compare_main(args.runs, args.k, args.out, args.name, args.bootstrap, args.allow_mixed_data)
     runs = load_runs(args.runs)
     if not runs:
         print(f"error: no run directories (folders with metrics.json) under {' '.join(args.runs)}", file=sys.stderr)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from hipporag2.registry import REPORT_TABLES
 from hipporag2.report.perquery import GoldUnavailable, Significance, compare, segment_recall
 from hipporag2.report.reference import Reference
 from hipporag2.report.runs import Run
@@ -694,7 +695,7 @@ def build(kind: str, runs: Sequence[Run], ctx: Context, out_dir: Optional[Path],
     raise ValueError(f"unknown table {kind!r}; choose one of {sorted(KINDS)}")
 
 
-KINDS = ("recall", "table2", "table3", "table4", "table5", "table7", "table9", "table10", "table12", "grid", "fig3")
+KINDS = REPORT_TABLES.names()
 
 EXPERIMENT_KINDS = {
     "table2_qa": "table2", "table3_recall": "table3", "table4_ablations": "table4", "table5_reset_weight": "table5",

@@ -681,13 +681,8 @@ def rankings_agree(
     return bool(np.array_equal(group[a], group[b]))
 
 
-SOLVERS = {"prpack": PrpackSolver, "batched": BatchedSolver}
-
-
 def make_solver(name: str, graph: ig.Graph) -> PPRSolver:
-    try:
-        return SOLVERS[name](graph)
-    except KeyError:
-        raise ValueError(
-            f"retrieval.ppr_solver={name!r} is not a known PPR solver; choose one of {sorted(SOLVERS)}"
-        ) from None
+    """The solver registered as `name` in `hipporag2.registry.PPR_SOLVERS`."""
+    from hipporag2.registry import PPR_SOLVERS
+
+    return PPR_SOLVERS.load(name)(graph)

@@ -1,0 +1,241 @@
+"""One registry per family of interchangeable parts: the single list of choices.
+
+Config validation, the Hydra config groups, `docs/choices.md`, error messages and the
+code that builds a part all read the registries here, so a choice cannot be accepted
+at start-up and then fail after the index is built (`retrieval.ppr_solver=batchd`
+stops before any work), and adding a part is one class plus one `register` line (and,
+for a config group, one YAML file).
+
+A choice names its implementation as a `module:attribute` string that is imported only
+when the part is built: this module imports nothing heavy (no torch, numpy or igraph),
+so validating a config stays instant.
+
+Other modules may add families (`family(...)`) or choices (`REGISTRY.register(...)`)
+at import time of this module only; the families below are the project's own.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from hipporag2.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Choice:
+    name: str
+    # "package.module:attribute" of the implementation, or None when the choice is a
+    # mode read by code that branches on it (e.g. a linking mode).
+    target: Optional[str]
+    summary: str
+
+
+class UnknownChoice(ConfigError):
+    """A config value outside its family. Carries the key, the value and the choices,
+    so a caller (the CLI) can format its own hint."""
+
+    def __init__(self, registry: "Registry", value: Any):
+        self.registry, self.value = registry, value
+        self.key = registry.key
+        self.choices = registry.names()
+        self.suggestion = registry.suggest(value)
+        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else ""
+        super().__init__(f"{registry.key}={value!r} is not one of {list(self.choices)}{hint}")
+
+
+@dataclass
+class Registry:
+    """The choices of one family, keyed by the config field that selects one."""
+
+    family: str
+    key: str  # dotted config key, e.g. "retrieval.ppr_solver"; "" for a non-config family
+    doc: str
+    # Values accepted besides the registered names (e.g. None for an optional field,
+    # or a file path where a name or a path is allowed): a predicate on the value.
+    also_accepts: Optional[Callable[[Any], bool]] = None
+    also_accepts_doc: str = ""
+    _choices: Dict[str, Choice] = field(default_factory=dict)
+
+    def register(self, name: str, target: Optional[str] = None, summary: str = "") -> Choice:
+        if name in self._choices:
+            raise ValueError(f"{self.family}: {name!r} is registered twice")
+        choice = Choice(name, target, summary)
+        self._choices[name] = choice
+        return choice
+
+    def names(self) -> Tuple[str, ...]:
+        return tuple(self._choices)
+
+    def __contains__(self, name: Any) -> bool:
+        return isinstance(name, str) and name in self._choices
+
+    def __iter__(self) -> Iterator[Choice]:
+        return iter(self._choices.values())
+
+    def accepts(self, value: Any) -> bool:
+        return value in self or (self.also_accepts is not None and self.also_accepts(value))
+
+    def suggest(self, value: Any) -> Optional[str]:
+        """The closest registered name to a misspelt value, if any is close."""
+        if not isinstance(value, str):
+            return None
+        close = difflib.get_close_matches(value, self.names(), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def check(self, value: Any) -> None:
+        """Raise UnknownChoice (a ConfigError) unless `value` is accepted."""
+        if not self.accepts(value):
+            raise UnknownChoice(self, value)
+
+    def get(self, name: str) -> Choice:
+        if name not in self:
+            raise UnknownChoice(self, name)
+        return self._choices[name]
+
+    def load(self, name: str) -> Any:
+        """The implementation object of a choice (imported now, not before)."""
+        choice = self.get(name)
+        if choice.target is None:
+            raise ValueError(f"{self.family} {name!r} has no implementation to load")
+        module, _, attr = choice.target.partition(":")
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+FAMILIES: Dict[str, Registry] = {}
+
+
+def family(name: str, key: str, doc: str, **kwargs) -> Registry:
+    """Create and record a family (one per name)."""
+    if name in FAMILIES:
+        raise ValueError(f"registry family {name!r} exists")
+    reg = Registry(name, key, doc, **kwargs)
+    FAMILIES[name] = reg
+    return reg
+
+
+def config_families() -> List[Registry]:
+    """The families that a config field selects from, for `config.validate`."""
+    return [r for r in FAMILIES.values() if r.key]
+
+
+def _get_dotted(cfg: Any, dotted: str) -> Any:
+    obj = cfg
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_config(cfg: Any) -> List[str]:
+    """One message per config field whose value is outside its family (empty: all good).
+    A family whose key the config does not have (yet) is skipped."""
+    problems = []
+    for reg in config_families():
+        try:
+            value = _get_dotted(cfg, reg.key)
+        except AttributeError:
+            continue
+        if not reg.accepts(value):
+            problems.append(str(UnknownChoice(reg, value)))
+    return problems
+
+
+# ---- the families ---------------------------------------------------------------------
+
+ENCODERS = family("encoders", "embedding.backend", "How an embedding model is loaded and called (configs/embedding/*.yaml pick one).")
+ENCODERS.register("sentence_transformers", "hipporag2.embed.encoders:SentenceTransformerEncoder",
+                  "any sentence-transformers model (MiniLM, Contriever, GTR, GTE-Qwen2)")
+ENCODERS.register("nv_embed_v2", "hipporag2.embed.encoders:NVEmbedV2Encoder",
+                  "nvidia/NV-Embed-v2 through its remote code, instruction passed separately")
+ENCODERS.register("gritlm", "hipporag2.embed.encoders:GritLMEncoder", "GritLM-7B through the gritlm package")
+
+LLM_BACKENDS = family("llm_backends", "llm.backend", "Where LLM calls go (configs/llm/*.yaml pick one).")
+LLM_BACKENDS.register("transformers", "hipporag2.llm.transformers_backend:TransformersLLM",
+                      "local Hugging Face / GGUF model through transformers (CPU or GPU)")
+LLM_BACKENDS.register("openai", "hipporag2.llm.openai_backend:OpenAILLM",
+                      "any OpenAI-compatible chat-completions server (OpenAI, vLLM serve, llama.cpp)")
+LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend", "vLLM offline engine (tensor parallel)")
+
+RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
+RETRIEVERS.register("hipporag2", "hipporag2.retrieve.graph_retriever:GraphRetriever",
+                    "HippoRAG 2: linking, optional recognition memory, PPR over phrases and passages")
+RETRIEVERS.register("hipporag1", "hipporag2.retrieve.graph_retriever:GraphRetriever",
+                    "HippoRAG (v1): query NER to phrases, uniform seeds, no passage nodes")
+RETRIEVERS.register("dense", "hipporag2.retrieve.graph_retriever:DenseRetriever", "dense passage retrieval with the configured encoder")
+RETRIEVERS.register("bm25", "hipporag2.retrieve.bm25:BM25Retriever", "BM25 (bm25s, English stemmer and stopwords)")
+
+# Retrievers that need OpenIE and the graph; the others index passages only.
+GRAPH_METHODS = ("hipporag2", "hipporag1")
+
+PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRank solver.")
+PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr:PrpackSolver", "igraph prpack, one call per query (the reference's)")
+PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr:BatchedSolver", "many queries per solve on a sparse matrix (same scores within 1e-11)")
+
+LINKING = family("linking", "retrieval.linking", "How a query is linked to phrase nodes (SPEC §3-4).")
+LINKING.register("query_to_triple", None, "query embedding against fact embeddings (HippoRAG 2)")
+LINKING.register("ner_to_node", None, "LLM NER on the query, each entity to its nearest phrase (needs an LLM)")
+LINKING.register("query_to_node", None, "query embedding against phrase embeddings")
+
+FILTERS = family("filters", "retrieval.filter", "Recognition memory over the candidate facts.")
+FILTERS.register("llm", "hipporag2.retrieve.filter_llm:build_filter", "an LLM keeps the relevant candidates (DSPy program prompt)")
+FILTERS.register("none", "hipporag2.retrieve.base:NoFilter", "ablation: keep every candidate")
+
+LLM_ON_FAILURE = family("llm_on_failure", "llm.on_failure", "What a permanently failed LLM request does.")
+LLM_ON_FAILURE.register("record", None, "record the failure (empty answer) and go on; counted in metrics.json")
+LLM_ON_FAILURE.register("stop", None, "stop the run with the error")
+
+SEGMENT_QUERIES = family("segment_queries", "dataset.segment_queries", "Continual indexing: which questions a run evaluates.")
+SEGMENT_QUERIES.register("indexed", None, "questions whose gold passages are all in the indexed segments")
+SEGMENT_QUERIES.register("all", None, "every question")
+
+REPORT_TABLES = family("report_tables", "", "Layouts of `hipporag2-report --table`.")
+for _name, _summary in (
+    ("recall", "passage recall@k of every run"),
+    ("table2", "Table 2: QA F1"),
+    ("table3", "Table 3: passage recall@5"),
+    ("table4", "Table 4: ablations, recall@5"),
+    ("table5", "Table 5: passage_node_weight sweep, recall@5"),
+    ("table7", "Table 7: retriever swap, recall@5"),
+    ("table9", "Table 9: recall@2 / recall@5"),
+    ("table10", "Table 10: graph statistics"),
+    ("table12", "Table 12: cost"),
+    ("grid", "damping x passage_node_weight grid"),
+    ("fig3", "Figure 3: continual indexing curves"),
+):
+    REPORT_TABLES.register(_name, "hipporag2.report.tables:build", _summary)
+
+ANALYSES = family("analyses", "", "What `hipporag2-analyze`, `hipporag2-explain` and `hipporag2-report --compare` write from a run folder.")
+ANALYSES.register("errors", "hipporag2.analysis.analyze:write_analysis",
+                  "Appendix E error categories of the questions with recall@k < 1 (errors.jsonl/.md/.csv)")
+ANALYSES.register("explain", "hipporag2.analysis.explain:explain_question",
+                  "one question's facts, seeds, PPR mass and seed-to-gold paths (ID.png, ID.txt)")
+ANALYSES.register("compare", "hipporag2.analysis.compare:compare_runs",
+                  "two runs per question: wins/losses/ties, paired bootstrap, biggest changes (.md/.csv/.png)")
+
+
+def markdown() -> str:
+    """docs/choices.md: every family and its choices (regenerate with
+    `python -m hipporag2.registry > docs/choices.md`; a test checks it is current)."""
+    lines = [
+        "# Choices",
+        "",
+        "Generated from `hipporag2/registry.py` by `python -m hipporag2.registry > docs/choices.md`;",
+        "config validation, errors and the code that builds each part read the same registries.",
+        "",
+    ]
+    for reg in FAMILIES.values():
+        where = f"`{reg.key}`" if reg.key else f"({reg.family})"
+        lines += [f"## {where}", "", reg.doc, "", "| choice | what it is |", "| --- | --- |"]
+        lines += [f"| `{c.name}` | {c.summary} |" for c in reg]
+        if reg.also_accepts_doc:
+            lines += ["", f"Also accepted: {reg.also_accepts_doc}"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
