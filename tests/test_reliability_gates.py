@@ -131,3 +131,33 @@ def test_empty_passages_are_counted_or_refused(tmp_path):
         "(dataset.strict=true; false skips such passages)"
     )
     assert not (tmp_path / "strict").exists()
+
+
+def _run_of(tmp_path: Path, name: str, config: dict, metrics: dict):
+    from hipporag2.report.runs import Run
+
+    base = {"dataset.name": "musique_train", "embedding.name": "minilm", "embedding.batch_size": 32,
+            "retrieval.linking": "query_to_triple", "dataset.sentence_joiner": " "}
+    return Run(path=tmp_path / name, metrics={"n_queries": 10, "recall@5": 50.0, **metrics}, config={**base, **config})
+
+
+def test_report_labels_and_fallback_columns(tmp_path):
+    """Labels name what changes results and only that; fallbacks sit next to recall."""
+    from hipporag2.report.tables import Context, _value_str, make_labeller, table_recall
+
+    runs = [
+        _run_of(tmp_path, "a", {"retrieval.name": "hipporag2", "retrieval.method": "hipporag2", "retrieval.filter": "none",
+                                "embedding.batch_size": 64}, {"dense_fallbacks": 6, "dense_fallback_rate": 0.6}),
+        _run_of(tmp_path, "b", {"retrieval.name": "bm25", "retrieval.method": "bm25", "embedding.name": "gtr",
+                                "dataset.sentence_joiner": ""}, {"dense_fallbacks": 0, "dense_fallback_rate": 0.0}),
+        _run_of(tmp_path, "c", {"retrieval.name": "dense", "retrieval.method": "dense", "retrieval.filter": "llm"},
+                {"dense_fallbacks": 0}),
+    ]
+    label = make_labeller(runs)
+    assert label(runs[0]) == "hipporag2 / minilm / no filter"  # batch_size is not a result setting
+    assert label(runs[1]) == "bm25"  # no encoder in a BM25 label
+    assert _value_str(" ") == "' '" and _value_str("") == "''" and _value_str("x") == "x"  # no invisible values
+    table = table_recall(runs, Context(paper=None, ours=[], baselines=[]))
+    md = table.markdown()
+    assert "| fallbacks |" in md and "| 6 (60%) |" in md
+    assert all("dense_fallbacks" in row and "dense_fallback_rate" in row for row in table.csv_rows)
