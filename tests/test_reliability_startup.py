@@ -92,3 +92,27 @@ def test_a_run_that_needs_an_llm_without_one_stops_at_start(tmp_path):
     assert out.returncode == 2
     assert "needs an LLM" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+
+
+def test_tune_filter_help_explains_every_flag(monkeypatch, capsys):
+    from hipporag2 import tune_filter
+
+    with pytest.raises(SystemExit) as e:
+        tune_filter.parse_args(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "MIPROv2" in text and "retrieval.filter_program" in text and "example:" in text
+    parser_flags = ("--output", "--start", "--auto", "--train-size", "--val-size", "--num-threads",
+                    "--max-bootstrapped-demos", "--max-labeled-demos", "--seed")
+    import argparse
+
+    seen = {}
+    orig = argparse.ArgumentParser.parse_args
+
+    def grab(self, *a, **k):
+        seen.update({act.option_strings[0]: act.help for act in self._actions if act.option_strings})
+        return orig(self, ["--output", "x"])
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", grab)
+    tune_filter.parse_args([])
+    assert all(seen.get(f) for f in parser_flags), {f: seen.get(f) for f in parser_flags}
