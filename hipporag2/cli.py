@@ -71,16 +71,20 @@ def compose(overrides: list[str] | None = None) -> Config:
         return dictconfig_to_config(dcfg)
 
 
-def format_metrics(metrics: dict, ks=(1, 2, 5, 10, 20)) -> str:
+def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
+    """The table a run prints: a RunReport (or a metrics.json object)."""
+    from hipporag2.results import RunReport
+
+    r = report if isinstance(report, RunReport) else RunReport.from_json(report)
     head = f"{'dataset':<16}{'method':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks) + f"{'fallbacks':>16}"
-    n_fb = metrics.get("dense_fallbacks", 0)
-    fb = f"{n_fb} ({100 * metrics.get('dense_fallback_rate', 0.0):.1f}%)"
-    row = f"{metrics['dataset']:<16}{metrics['method']:<14}{metrics['n_queries']:>5}" + "".join(
-        f"{metrics.get(f'recall@{k}', float('nan')):>8.1f}" for k in ks
+    # Next to the recall they produced: queries answered by the dense ranking.
+    fb = f"{r.dense_fallbacks} ({100 * r.dense_fallback_rate:.1f}%)"
+    row = f"{r.dataset:<16}{r.method:<14}{r.n_queries:>5}" + "".join(
+        f"{(r.recall_at(k) if r.recall_at(k) is not None else float('nan')):>8.1f}" for k in ks
     ) + f"{fb:>16}"
     extra = ""
-    if "qa_em" in metrics:
-        extra = f"\nQA: EM {metrics['qa_em']:.1f}  F1 {metrics['qa_f1']:.1f}"
+    if r.qa_em is not None:
+        extra = f"\nQA: EM {r.qa_em:.1f}  F1 {r.qa_f1:.1f}"
     return head + "\n" + row + extra
 
 
