@@ -74,8 +74,9 @@ def test_openie_file_of_another_corpus_stops_before_embedding(shared_data, tmp_p
 def test_openie_without_triples_stops_graph_retrieval(tmp_path):
     """SmolLM2 allowed one output token cannot produce a triple: 0 facts."""
     _need_smollm2()
-    args = _tiny(tmp_path, tmp_path / "run") + ["llm=smollm2_cpu", "llm.max_new_tokens=1", "retrieval=hipporag2_no_filter",
-                                                "dataset.max_queries=2"]
+    args = _tiny(tmp_path, tmp_path / "run") + ["llm=smollm2_cpu", "llm.max_new_tokens=1", "llm.constrained_decoding=false",
+                                                "openie.ner_max_new_tokens=1", "openie.triples_max_new_tokens=1",
+                                                "retrieval=hipporag2_no_filter", "dataset.max_queries=2"]
     # a 4-passage corpus keeps the LLM work small
     corpus = json.loads((tmp_path / "data" / "tiny_corpus.json").read_text())[:4]
     (tmp_path / "data" / "tiny_corpus.json").write_text(json.dumps(corpus))
@@ -93,7 +94,8 @@ def test_fallback_rate_gate_and_report(tmp_path):
     _need_smollm2()
     run_dir = tmp_path / "run"
     args = _tiny(tmp_path, run_dir) + [f"openie.import_path={tmp_path / 'data' / 'tiny_openie.json'}", "llm=smollm2_cpu",
-                                       "llm.max_new_tokens=1", "retrieval=hipporag2", "retrieval.filter_program=null"]
+                                       "llm.max_new_tokens=1", "llm.constrained_decoding=false", "retrieval=hipporag2",
+                                       "retrieval.filter_program=null"]
     out = _cli(args, cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]

@@ -135,7 +135,8 @@ def test_interrupted_openie_resumes_and_ends_identical(tmp_path_factory, signum)
 
     def args(cache: Path, run_dir: Path) -> list:
         return ["dataset=demo", "dataset.name=tiny", "dataset.file_stem=tiny", f"data_dir={data}", "dataset.max_queries=2",
-                "llm=smollm2_cpu", "llm.max_new_tokens=24", "retrieval=hipporag2_no_filter", "retrieval.max_fallback_rate=1",
+                "llm=smollm2_cpu", "llm.max_new_tokens=24", "llm.constrained_decoding=false",
+                "openie.ner_max_new_tokens=24", "openie.triples_max_new_tokens=24", "retrieval=hipporag2_no_filter", "retrieval.max_fallback_rate=1",
                 "openie.chunk_size=1", f"cache_dir={cache}", f"run_dir={run_dir}", "progress=false", "checkpoint_s=0"]
 
     cache, run_dir = root / "cache", root / "run"
