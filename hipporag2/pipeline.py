@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
@@ -150,8 +150,11 @@ def input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
     if cfg.openie.import_path:
         files[str(cfg.openie.import_path)] = file_digest(cfg.openie.import_path)
     r = cfg.retrieval
-    if r.filter == "llm" and r.filter_program and Path(r.filter_program).is_file():
-        files[str(r.filter_program)] = file_digest(r.filter_program)
+    from hipporag2.retrieve.filter_program import program_file
+
+    prog = program_file(r.filter_program)
+    if r.filter == "llm" and prog is not None and prog.is_file():
+        files[str(prog)] = file_digest(prog)
     return files
 
 
@@ -460,6 +463,9 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
         stats = getattr(part, "stats", None)
         if stats:
             out[key] = dict(stats)
+    info = getattr(getattr(retriever, "fact_filter", None), "program_info", None)
+    if info:
+        out["filter_program"] = dict(info)  # which program (name, source, sha256) ran
     return out
 
 
@@ -478,10 +484,20 @@ def run(cfg: Config) -> RunReport:
         return _run(cfg, run_dir)
 
 
-def load_inputs(cfg: Config, timings: Timings):
-    """Corpus and queries, checked: (corpus, queries, queries path, corpus path, input
-    files for provenance, gold coverage). Gold passages missing from the corpus are
-    logged here, once, for every entry point that scores a run."""
+class Inputs(NamedTuple):
+    """A run's checked inputs (a NamedTuple: fields by name, or unpacked in this order)."""
+
+    corpus: Corpus
+    queries: List[Query]
+    queries_path: Path
+    corpus_path: Path
+    data_files: Dict[str, str]  # every input file -> content hash, for provenance
+    coverage: Any  # data.loaders gold coverage (n_gold, n_missing, queries without gold)
+
+
+def load_inputs(cfg: Config, timings: Timings) -> Inputs:
+    """Corpus and queries, checked. Gold passages missing from the corpus are logged
+    here, once, for every entry point that scores a run."""
     check_input_paths(cfg)
     with timings.stage("load_data"):
         corpus, queries = load_dataset(cfg)
@@ -501,7 +517,7 @@ def load_inputs(cfg: Config, timings: Timings):
         )
     if cov.queries_without_gold:
         log.warning("%d queries have no gold passage; recall counts 0 for them", len(cov.queries_without_gold))
-    return corpus, queries, qpath, cpath, data_files, cov
+    return Inputs(corpus, queries, qpath, cpath, data_files, cov)
 
 
 def _run(cfg: Config, run_dir: Path) -> RunReport:

@@ -2,9 +2,11 @@
 
 Batched LLM calls (stage "qa") of `qa.chunk_size` questions: answers reach the
 response cache call by call, so a rerun after a kill asks only what was unanswered.
-The prediction is the text after the LAST `Answer:` marker, stripped; when the model
-wrote no such marker, a case-insensitive `answer:` is looked for, and failing that the
-whole reply is the prediction (counted in `qa_no_answer_marker`). EM and token F1 are
+Which marker counts (`qa.answer_marker`): `reference` (default) reads the answer as the
+reference implementation does, the text between the FIRST `Answer:` (case-sensitive)
+and the next one, stripped, or the whole reply (unstripped) when there is none; `last`
+takes the text after the LAST `Answer:`, then a case-insensitive `answer:`, else the
+stripped reply. Replies without a marker are counted in `qa_no_answer_marker`. EM and token F1 are
 the max over the gold answers, ×100 with one decimal. Per-question rows go to
 `run_dir/qa.jsonl`.
 """
@@ -23,6 +25,14 @@ from hipporag2.qa import prompts
 log = logging.getLogger("hipporag2.qa")
 
 MARKER = "Answer:"
+
+
+def extract_answer_reference(text: str) -> Tuple[str, bool]:
+    """(prediction, marker_found) as the reference reads a reply (module docstring)."""
+    parts = (text or "").split(MARKER)
+    if len(parts) > 1:
+        return parts[1].strip(), True
+    return text or "", False
 
 
 def extract_answer(text: str) -> Tuple[str, bool]:
@@ -50,6 +60,9 @@ class Answer:
 
 def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]]) -> List[Answer]:
     """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call."""
+    from hipporag2.registry import QA_ANSWER_MARKERS
+
+    read_answer = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
     requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q)) for q, ctx in zip(questions, contexts)]
     step = cfg.qa.chunk_size
     responses = []
@@ -60,7 +73,7 @@ def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequ
         if resp.error is not None:
             out.append(Answer("", resp.text, False, resp.error))
         else:
-            prediction, found = extract_answer(resp.text)
+            prediction, found = read_answer(resp.text)
             out.append(Answer(prediction, resp.text, found))
     return out
 
@@ -111,6 +124,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         "qa_no_answer_marker": no_marker,
         "qa_llm_failures": failures,
         "qa_prompt_version": prompts.PROMPT_VERSION,
+        "qa_answer_marker": cfg.qa.answer_marker,
     }
     if no_marker or failures:
         log.warning("QA: %d replies without an 'Answer:' marker, %d failed requests", no_marker, failures)
