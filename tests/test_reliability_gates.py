@@ -95,7 +95,7 @@ def test_fallback_rate_gate_and_report(tmp_path):
     run_dir = tmp_path / "run"
     args = _tiny(tmp_path, run_dir) + [f"openie.import_path={tmp_path / 'data' / 'tiny_openie.json'}", "llm=smollm2_cpu",
                                        "llm.max_new_tokens=1", "llm.constrained_decoding=false", "retrieval=hipporag2",
-                                       "retrieval.filter_program=null"]
+                                       "retrieval.filter_program=own", "retrieval.filter_max_new_tokens=1"]
     out = _cli(args, cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
