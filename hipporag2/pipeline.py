@@ -106,11 +106,19 @@ class LazyLLM:
                 )
             from hipporag2.llm.base import build_llm
 
-            self._llm = build_llm(self.cfg.llm, Path(self.cfg.cache_dir) / "llm")
+            self._llm = build_llm(self.cfg.llm, Path(self.cfg.cache_dir) / "llm", log_dir=Path(self.cfg.run_dir))
         return self._llm
 
     def usage(self) -> Dict:
         return self._llm.usage() if self._llm is not None else {}
+
+    def engine_report(self) -> Dict:
+        return self._llm.engine_report() if self._llm is not None else {}
+
+    def close(self) -> None:
+        """Release the backend (a vLLM engine's processes) once the run is done with it."""
+        if self._llm is not None:
+            self._llm.close()
 
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
@@ -551,6 +559,9 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
             report.update(run_qa(cfg, llm.get(), queries, corpus, results, run_dir))
     if llm.usage():
         report["llm_usage"] = llm.usage()
+    if llm.engine_report():
+        report["llm_engine"] = llm.engine_report()
+    llm.close()  # the last LLM stage is done (a failed run relies on the backend's atexit)
     metrics = {
         **run_metrics(cfg, queries, corpus, cov, results, store, recall),
         "retrieval_resumed_queries": resumed,
