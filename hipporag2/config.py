@@ -120,6 +120,10 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # marker: the reply ends with "Answer: ..." (the paper's reader); json: the reply is
+    # {"answer": "..."}, decoded under that JSON schema when llm.constrained_decoding
+    # is on (small models rarely write the marker unconstrained).
+    answer_format: str = "marker"
     # Questions per LLM call. Each call's answers enter the response cache when it
     # returns, so a QA stage killed part-way asks only the unfinished chunks again
     # (the vLLM backend answers a call as one batch).

@@ -37,17 +37,42 @@ def extract_answer(text: str) -> Tuple[str, bool]:
 
 
 
+def extract_json_answer(text: str) -> Tuple[str, bool]:
+    """(prediction, found) from a reply `{"answer": "..."}` (qa.answer_format=json); a
+    reply that is not such an object falls back to `extract_answer`."""
+    import json
+    import re
+
+    raw = (text or "").strip()
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)', raw)  # a reply cut inside the string
+        if m:
+            try:
+                return json.loads(f'"{m.group(1)}"').strip(), True
+            except ValueError:
+                return m.group(1).strip(), True
+        return extract_answer(raw)
+    if isinstance(obj, dict) and isinstance(obj.get("answer"), str):
+        return obj["answer"].strip(), True
+    return extract_answer(raw)
+
+
 def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     top_k = cfg.qa.qa_top_k
+    fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
     requests = [
         ChatRequest(
             messages=prompts.reader_messages(
-                [(corpus.passages[i].title, corpus.passages[i].text) for i in ctx], q.question
-            )
+                [(corpus.passages[i].title, corpus.passages[i].text) for i in ctx], q.question, fmt
+            ),
+            json_schema=prompts.ANSWER_SCHEMA if fmt == "json" else None,
         )
         for q, ctx in zip(queries, contexts)
     ]
+    parse = extract_json_answer if fmt == "json" else extract_answer
     step = cfg.qa.chunk_size
     responses = []
     for c0 in range(0, len(requests), step):
@@ -59,7 +84,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
             failures += 1
             prediction, found = "", False
         else:
-            prediction, found = extract_answer(resp.text)
+            prediction, found = parse(resp.text)
             no_marker += 0 if found else 1
         golds = list(q.gold_answers)
         em = exact_match(prediction, golds) if golds else 0.0
@@ -92,6 +117,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         "qa_no_answer_marker": no_marker,
         "qa_llm_failures": failures,
         "qa_prompt_version": prompts.PROMPT_VERSION,
+        "qa_answer_format": fmt,
     }
     if no_marker or failures:
         log.warning("QA: %d replies without an 'Answer:' marker, %d failed requests", no_marker, failures)
