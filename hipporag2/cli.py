@@ -59,14 +59,18 @@ def compose(overrides: list[str] | None = None) -> Config:
         return to_config(dcfg)
 
 
-def format_metrics(metrics: dict, ks=(1, 2, 5, 10, 20)) -> str:
+def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
+    """The table a run prints: a RunReport (or a metrics.json object)."""
+    from hipporag2.results import RunReport
+
+    r = report if isinstance(report, RunReport) else RunReport.from_json(report)
     head = f"{'dataset':<16}{'method':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
-    row = f"{metrics['dataset']:<16}{metrics['method']:<14}{metrics['n_queries']:>5}" + "".join(
-        f"{metrics.get(f'recall@{k}', float('nan')):>8.1f}" for k in ks
+    row = f"{r.dataset:<16}{r.method:<14}{r.n_queries:>5}" + "".join(
+        f"{(r.recall_at(k) if r.recall_at(k) is not None else float('nan')):>8.1f}" for k in ks
     )
     extra = ""
-    if "qa_em" in metrics:
-        extra = f"\nQA: EM {metrics['qa_em']:.1f}  F1 {metrics['qa_f1']:.1f}"
+    if r.qa_em is not None:
+        extra = f"\nQA: EM {r.qa_em:.1f}  F1 {r.qa_f1:.1f}"
     return head + "\n" + row + extra
 
 

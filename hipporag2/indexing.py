@@ -1,20 +1,108 @@
-"""The indexing stage: OpenIE extractions + embeddings -> a saved Index (SPEC §2)."""
+"""The indexing stage: OpenIE extractions + embeddings -> an Index (SPEC §2).
+
+`assemble_index` is the one place an index is put together, for the CLI's
+from-scratch build (`build_index`) and for the library's insert and delete
+(`hipporag2.api`), which pass the synonym pairs of the previous index so that only
+the changed part of the synonym KNN is searched (`hipporag2.graph.update`).
+Both give the same Index for the same passages: an insert is not an approximation.
+"""
 from __future__ import annotations
 
 import logging
-from typing import Dict
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
 from hipporag2.config import GraphConfig
 from hipporag2.data.loaders import Corpus
 from hipporag2.embed.store import EmbeddingStore
-from hipporag2.graph.build import build_edges, index_content
+from hipporag2.graph.build import CleanTriples, build_edges, clean_passage, content_of
 from hipporag2.graph.store import Index
+from hipporag2.graph.update import Pairs, UpdateStats, empty_pairs, update_synonyms
 from hipporag2.openie.interchange import Extraction
 from hipporag2.text import fact_string, passage_id
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Previous:
+    """What an update reuses from the index it changes."""
+
+    phrases: Sequence[str]
+    synonyms: Pairs
+    # Cleaned triples by passage string (reused instead of cleaning again).
+    cleaned: Optional[Dict[str, CleanTriples]] = None
+
+
+@dataclass
+class Assembled:
+    index: Index
+    synonyms: Pairs  # (query, neighbour, score) over index.phrases, for the next update
+    cleaned: Dict[str, CleanTriples]
+    update: Optional[UpdateStats] = None
+
+
+def assemble_index(
+    passages: Sequence[str],
+    titles: Sequence[str],
+    corpus_idx: Sequence[int],
+    extractions: Dict[str, Extraction],
+    store: Optional[EmbeddingStore],
+    cfg: GraphConfig,
+    progress: bool = True,
+    previous: Optional[Previous] = None,
+    graph: bool = True,
+) -> Assembled:
+    """extractions: by passage id; a passage without one contributes no triples.
+    graph=False: passages (and their embeddings, if a store is given) only, for
+    retrievers that need no graph (dense, BM25)."""
+    passages = list(passages)
+    known = previous.cleaned if previous is not None and previous.cleaned is not None else {}
+    cleaned: Dict[str, CleanTriples] = {}
+    for p in passages:
+        if p in known:
+            cleaned[p] = known[p]
+        else:
+            ex = extractions.get(passage_id(p)) if graph else None
+            cleaned[p] = clean_passage(ex.triples if ex is not None else [], cfg)
+    content = content_of(passages, [cleaned[p] for p in passages])
+    if graph:
+        log.info(
+            "OpenIE content: %d passages, %d phrases, %d facts (%d raw triples, %d kept)",
+            len(passages), len(content.phrases), len(content.facts), content.triple_stats.raw, content.triple_stats.kept,
+        )
+    if store is not None:
+        passage_emb = store.embed(passages, desc="embed passages", progress=progress)
+        phrase_emb = store.embed(content.phrases, desc="embed phrases", progress=progress)
+        fact_emb = store.embed([fact_string(f) for f in content.facts], desc="embed facts", progress=progress)
+        dim = passage_emb.shape[1]
+    else:  # BM25: no encoder at all
+        passage_emb = np.zeros((len(passages), 0), np.float32)
+        phrase_emb = fact_emb = None
+        dim = 0
+    synonyms, update = empty_pairs(), None
+    if graph and cfg.synonym_edges and content.phrases:
+        synonyms, update = update_synonyms(
+            previous.phrases if previous is not None else [], previous.synonyms if previous is not None else None,
+            content.phrases, phrase_emb, cfg, progress=progress,
+        )
+    edges, stats = build_edges(content, phrase_emb, cfg, progress=progress, synonyms=synonyms)
+    index = Index(
+        passages=passages,
+        titles=list(titles),
+        corpus_idx=list(corpus_idx),
+        phrases=content.phrases,
+        facts=content.facts,
+        phrase_passages=content.phrase_passages,
+        edges=edges,
+        stats=stats.as_dict(),
+        passage_emb=passage_emb,
+        phrase_emb=phrase_emb if content.phrases else np.zeros((0, dim), np.float32),
+        fact_emb=fact_emb if content.facts else np.zeros((0, dim), np.float32),
+    )
+    return Assembled(index, synonyms, cleaned, update)
 
 
 def build_index(
@@ -24,30 +112,8 @@ def build_index(
     cfg: GraphConfig,
     progress: bool = True,
 ) -> Index:
-    """extractions: by passage id; a passage without one contributes no triples."""
-    passages = corpus.strings
-    raw = [extractions[passage_id(p)].triples if passage_id(p) in extractions else [] for p in passages]
-    content = index_content(passages, raw, cfg)
-    log.info(
-        "OpenIE content: %d passages, %d phrases, %d facts (%d raw triples, %d kept)",
-        len(passages), len(content.phrases), len(content.facts), content.triple_stats.raw, content.triple_stats.kept,
-    )
-    passage_emb = store.embed(passages, desc="embed passages", progress=progress)
-    phrase_emb = store.embed(content.phrases, desc="embed phrases", progress=progress)
-    fact_emb = store.embed([fact_string(f) for f in content.facts], desc="embed facts", progress=progress)
-    edges, stats = build_edges(content, phrase_emb, cfg, progress=progress)
-    return Index(
-        passages=passages,
-        titles=[p.title for p in corpus.passages],
-        corpus_idx=[p.corpus_idx for p in corpus.passages],
-        phrases=content.phrases,
-        facts=content.facts,
-        phrase_passages=content.phrase_passages,
-        edges=edges,
-        stats=stats.as_dict(),
-        passage_emb=passage_emb,
-        phrase_emb=phrase_emb if len(content.phrases) else np.zeros((0, passage_emb.shape[1]), np.float32),
-        fact_emb=fact_emb if len(content.facts) else np.zeros((0, passage_emb.shape[1]), np.float32),
-    )
-
-
+    """A from-scratch index of a corpus (the CLI's indexing stage)."""
+    return assemble_index(
+        corpus.strings, [p.title for p in corpus.passages], [p.corpus_idx for p in corpus.passages],
+        extractions, store, cfg, progress,
+    ).index

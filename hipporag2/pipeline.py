@@ -1,5 +1,11 @@
 """One run: data -> OpenIE -> index (embeddings + graph) -> retrieval -> evaluation.
 
+This is the stage layer under the library (`hipporag2.api.HippoRAG`): the CLI's
+`run`, `hipporag2-sweep` and `hipporag2-tune-filter` call its public functions
+(`load_inputs`, `get_openie`, `get_index`, `make_retriever`, `LazyLLM`,
+`retrieval_rows`, `run_metrics`, `provenance`), and so does the library for the
+stages it shares with them (OpenIE, the LLM).
+
 Each stage either loads its cached output or computes it; the log says which.
 All files of a run land in `run_dir`; shared artefacts in `cache_dir`.
 """
@@ -29,6 +35,7 @@ from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index,
 from hipporag2.indexing import build_index
 from hipporag2.openie.interchange import Extraction, import_openie
 from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
+from hipporag2.results import RunReport
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.stagekeys import corpus_digest, digest, file_digest, index_key
 
@@ -131,7 +138,7 @@ def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple
     return extract_corpus(cfg, corpus, llm.get(), report)
 
 
-def _input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
+def input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
     """Every input file of the run and its content hash (sha256, 16 hex)."""
     files = {str(qpath): file_digest(qpath), str(cpath): file_digest(cpath)}
     if cfg.openie.import_path:
@@ -142,7 +149,7 @@ def _input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
     return files
 
 
-def _provenance(cfg: Config, qpath: Path, cpath: Path, data_files: Optional[Dict[str, str]] = None) -> Dict:
+def provenance(cfg: Config, qpath: Path, cpath: Path, data_files: Optional[Dict[str, str]] = None) -> Dict:
     import importlib.metadata as md
 
     versions = {}
@@ -153,7 +160,7 @@ def _provenance(cfg: Config, qpath: Path, cpath: Path, data_files: Optional[Dict
             pass
     return {
         "config_hash": digest(asdict(cfg) if not isinstance(cfg, dict) else cfg),
-        "data_files": data_files if data_files is not None else _input_files(cfg, qpath, cpath),
+        "data_files": data_files if data_files is not None else input_files(cfg, qpath, cpath),
         "models": {
             "embedding": cfg.embedding.model,
             "llm": cfg.llm.model or None,
@@ -209,32 +216,20 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
 
 
 def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings):
-    method = cfg.retrieval.method
-    if method == "bm25":
-        from hipporag2.retrieve.bm25 import BM25Retriever
+    """The configured retriever over the run's corpus, and the graph index (None for
+    methods without one). Built by `hipporag2.retrieve.factory`, as in the library."""
+    from hipporag2.registry import GRAPH_METHODS
+    from hipporag2.retrieve.factory import RetrieverParts, build_retriever
 
-        return BM25Retriever(corpus.strings, cfg.retrieval), None
-    if method == "dense":
-        from hipporag2.retrieve.graph_retriever import DenseRetriever
-
+    parts = RetrieverParts(cfg=cfg, passages=corpus.strings, store=store, llm=llm)
+    if cfg.retrieval.method in GRAPH_METHODS:
+        parts.index = get_index(cfg, corpus, store, llm, report, timings)
+    elif cfg.retrieval.method == "dense":
         with timings.stage("embed_passages"):
-            emb = store.embed(corpus.strings, desc="embed passages", progress=cfg.progress)
-        return DenseRetriever(emb, store, cfg.retrieval, progress=cfg.progress), None
-    from hipporag2.retrieve.graph_retriever import GraphRetriever
-
-    index = get_index(cfg, corpus, store, llm, report, timings)
-    fact_filter = query_ner = None
-    if cfg.retrieval.filter == "llm" and cfg.retrieval.linking == "query_to_triple":
-        from hipporag2.retrieve.filter_llm import build_filter
-
-        fact_filter = build_filter(cfg, llm.get())
-    if cfg.retrieval.linking == "ner_to_node":
-        from hipporag2.openie.query_ner import build_query_ner
-
-        query_ner = build_query_ner(cfg, llm.get())
+            parts.passage_emb = store.embed(corpus.strings, desc="embed passages", progress=cfg.progress)
     with timings.stage("retrieval_setup"):
-        retriever = GraphRetriever(index, store, cfg.retrieval, fact_filter, query_ner, progress=cfg.progress)
-    return retriever, index
+        retriever = build_retriever(parts)
+    return retriever, parts.index
 
 
 def write_jsonl(path: Path, rows) -> None:
@@ -444,7 +439,7 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
     return out
 
 
-def run(cfg: Config) -> Dict:
+def run(cfg: Config) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     install_log_redaction(cfg.llm.api_key_env)
@@ -467,7 +462,7 @@ def load_inputs(cfg: Config, timings: Timings):
     with timings.stage("load_data"):
         corpus, queries = load_dataset(cfg)
     qpath, cpath = dataset_paths(cfg)
-    data_files = _input_files(cfg, qpath, cpath)
+    data_files = input_files(cfg, qpath, cpath)
     log.info("dataset %s: %d queries, %d unique passages (%d duplicates dropped)", cfg.dataset.name, len(queries), len(corpus), corpus.duplicates)
     cov = check_gold_in_corpus(queries, corpus)
     if cov.n_missing:
@@ -480,7 +475,7 @@ def load_inputs(cfg: Config, timings: Timings):
     return corpus, queries, qpath, cpath, data_files, cov
 
 
-def _run(cfg: Config, run_dir: Path) -> Dict:
+def _run(cfg: Config, run_dir: Path) -> RunReport:
     atomicio.remove_stale_temps(run_dir, any_pid=True)  # we hold the run dir's lock
     timings = Timings()
     report: Dict = {}
@@ -513,7 +508,7 @@ def _run(cfg: Config, run_dir: Path) -> Dict:
         "retrieval_resumed_queries": resumed,
         **report,
         "timings": timings.seconds,
-        "provenance": _provenance(cfg, qpath, cpath, data_files),
+        "provenance": provenance(cfg, qpath, cpath, data_files),
     }
     metrics = redact_obj(metrics)
     crash_point("before_metrics")
@@ -522,4 +517,4 @@ def _run(cfg: Config, run_dir: Path) -> Dict:
     ckpt.remove()  # the run is complete: its outputs replace the checkpoint
     log.info("recall: %s", "  ".join(f"{k}={v}" for k, v in recall.items()))
     log.info("timings (s): %s", timings.seconds)
-    return metrics
+    return RunReport.from_json(metrics)

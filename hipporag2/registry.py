@@ -161,15 +161,17 @@ LLM_BACKENDS.register("openai", "hipporag2.llm.openai_backend:OpenAILLM",
 LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend", "vLLM offline engine (tensor parallel)")
 
 RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
-RETRIEVERS.register("hipporag2", "hipporag2.retrieve.graph_retriever:GraphRetriever",
+# Targets are builders taking `hipporag2.retrieve.factory.RetrieverParts`.
+RETRIEVERS.register("hipporag2", "hipporag2.retrieve.factory:graph_retriever",
                     "HippoRAG 2: linking, optional recognition memory, PPR over phrases and passages")
-RETRIEVERS.register("hipporag1", "hipporag2.retrieve.graph_retriever:GraphRetriever",
+RETRIEVERS.register("hipporag1", "hipporag2.retrieve.factory:graph_retriever",
                     "HippoRAG (v1): query NER to phrases, uniform seeds, no passage nodes")
-RETRIEVERS.register("dense", "hipporag2.retrieve.graph_retriever:DenseRetriever", "dense passage retrieval with the configured encoder")
-RETRIEVERS.register("bm25", "hipporag2.retrieve.bm25:BM25Retriever", "BM25 (bm25s, English stemmer and stopwords)")
+RETRIEVERS.register("dense", "hipporag2.retrieve.factory:dense_retriever", "dense passage retrieval with the configured encoder")
+RETRIEVERS.register("bm25", "hipporag2.retrieve.factory:bm25_retriever", "BM25 (bm25s, English stemmer and stopwords)")
 
-# Retrievers that need OpenIE and the graph; the others index passages only.
+# Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = ("hipporag2", "hipporag1")
+ENCODER_METHODS = ("hipporag2", "hipporag1", "dense")
 
 PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRank solver.")
 PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr:PrpackSolver", "igraph prpack, one call per query (the reference's)")

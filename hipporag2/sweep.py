@@ -157,7 +157,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     from hipporag2.embed.store import open_store
     from hipporag2.evaluate.metrics import mean_recall
     from hipporag2.pipeline import (
-        LazyLLM, Timings, _provenance, load_inputs, make_retriever, retrieval_rows, run_metrics, write_json,
+        LazyLLM, Timings, provenance, load_inputs, make_retriever, retrieval_rows, run_metrics, write_json,
         write_jsonl,
     )
     from hipporag2.redact import install_log_redaction, redact_obj
@@ -212,7 +212,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
                 "retrieval.passage_node_weight": w,
                 "sweep": {"dir": str(out_dir), "points": len(dampings) * len(weights), "shared_timings": "timings are for the whole sweep, shared by its points"},
                 "timings": {**shared, "write_point": round(time.perf_counter() - t0, 3)},
-                "provenance": _provenance(pcfg, qpath, cpath, data_files),
+                "provenance": provenance(pcfg, qpath, cpath, data_files),
             }
             write_json(run_dir / "metrics.json", redact_obj(metrics))
             points.append({"damping": d, "passage_node_weight": w, "run_dir": str(run_dir), **recall,

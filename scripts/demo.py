@@ -42,6 +42,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from hipporag2.cli import compose  # noqa: E402
+# The pipeline layer under `hipporag2.HippoRAG`: a run folder per method (retrieval.jsonl,
+# metrics.json), which the analysis tools read, and a typed RunReport.
 from hipporag2.pipeline import run  # noqa: E402
 
 CURATED = REPO / "hipporag2" / "resources" / "demo" / "demo_openie_curated.json"
@@ -126,7 +128,7 @@ def main() -> int:
     notes = analyse(views)
     wall = time.time() - t0
     head = "28 invented-world questions that need an unnamed bridge entity, 53 passages; MiniLM + SmolLM2-135M on CPU"
-    table = [f"| method | R@2 | R@5 | EM | F1 | triples | facts kept (mean) | dense fallbacks |",
+    table = [f"| method | R@2 | R@5 | EM | F1 | triples kept | facts kept (mean) | dense fallbacks |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, m in metrics.items():
         triples = "–"
@@ -135,8 +137,9 @@ def main() -> int:
             triples = str(views[name].index().stats.get("triples_kept", "?"))
             rows = views[name].rows
             kept = f"{sum(len(r.kept_facts) for r in rows) / max(len(rows), 1):.1f}"
-        table.append(f"| {LABELS[name]} | {m['recall@2']:.1f} | {m['recall@5']:.1f} | {m.get('qa_em', float('nan')):.1f} | "
-                     f"{m.get('qa_f1', float('nan')):.1f} | {triples} | {kept} | {m.get('dense_fallbacks', 0)} |")
+        em, f1 = (float("nan") if v is None else v for v in (m.qa_em, m.qa_f1))
+        table.append(f"| {LABELS[name]} | {m.recall_at(2):.1f} | {m.recall_at(5):.1f} | {em:.1f} | "
+                     f"{f1:.1f} | {triples} | {kept} | {m.dense_fallbacks} |")
     summary = "\n".join([f"Demo results ({head})", ""] + table + [""] + notes + [
         "",
         f"wall time {wall:.0f} s (runs {t_runs:.0f} s, analysis {wall - t_runs:.0f} s; process CPU {sum(os.times()[:2]):.0f} s, "

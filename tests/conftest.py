@@ -18,3 +18,15 @@ def shared_data() -> Path:
     if missing:
         pytest.skip(f"shared MuSiQue data not found ({', '.join(missing)}); set HIPPORAG2_SHARED_DATA or place ../shared/data beside the repo")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def musique_cache(tmp_path_factory, shared_data):
+    """One cache (embeddings, indexes) for every test on the shared MuSiQue set, so
+    MiniLM embeds its passages, phrases and facts once per test session.
+    HIPPORAG2_TEST_MUSIQUE_CACHE names a folder to keep between sessions (development)."""
+    keep = os.environ.get("HIPPORAG2_TEST_MUSIQUE_CACHE")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        return Path(keep)
+    return tmp_path_factory.mktemp("musique_cache")

@@ -122,3 +122,48 @@ def test_passage_without_triples_is_an_isolated_vertex():
     edges, stats = build_edges(content, None, GraphConfig(synonym_edges=False))
     assert stats.passages_without_triples == 1 and stats.isolated_vertices == 1
     assert edges.n_vertices == 4
+
+
+def _edge_map_oracle(content, pairs, cfg):
+    """The edge map written out with a dict, as the reference builds it: the array
+    version in build_edges must give the same edges in the same order."""
+    index = {p: i for i, p in enumerate(content.phrases)}
+    n_phr = len(content.phrases)
+    edge_map, extra, replaced = {}, [], 0
+
+    def key(a, b):
+        return (a, b) if cfg.double_edges or a <= b else (b, a)
+
+    for triples in content.chunk_triples:
+        for s, _, o in triples:
+            a, b = index[s], index[o]
+            for pair in ((a, b), (b, a)) if cfg.double_edges else (key(a, b),):
+                edge_map[pair] = (edge_map.get(pair, (0.0, RELATION))[0] + 1.0, RELATION)
+    for p_idx, triples in enumerate(content.chunk_triples):
+        for phrase in dict.fromkeys(x for t in triples for x in (t[0], t[2])):
+            edge_map[(n_phr + p_idx, index[phrase])] = (1.0, CONTEXT)
+    for a, b, score in pairs if cfg.synonym_edges else []:
+        pair = key(a, b)
+        prev = edge_map.get(pair)
+        if prev is not None and prev[1] == RELATION and not cfg.synonym_overwrites_relation:
+            extra.append((pair[0], pair[1], score))
+            continue
+        replaced += prev is not None and prev[1] == RELATION
+        edge_map[pair] = (score, SYNONYM)
+    rows = [(a, b, w, k) for (a, b), (w, k) in edge_map.items() if a != b] + [(a, b, w, SYNONYM) for a, b, w in extra]
+    return rows, replaced
+
+
+@pytest.mark.parametrize("double, overwrite", [(True, True), (True, False), (False, True), (False, False)])
+def test_array_edge_map_equals_the_dict_edge_map(double, overwrite):
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(40)] + ["a"]
+    raw = [[[words[rng.integers(0, 41)], "r", words[rng.integers(0, 41)]] for _ in range(rng.integers(0, 8))] for _ in range(30)]
+    cfg = GraphConfig(double_edges=double, synonym_overwrites_relation=overwrite)
+    content = index_content([f"P{i}\nt" for i in range(30)], raw, cfg)
+    emb = _unit(rng.normal(size=(1, 6)) + 0.5 * rng.normal(size=(len(content.phrases), 6)))
+    pairs = synonym_pairs(content.phrases, emb, threshold=0.6)
+    edges, stats = build_edges(content, emb, cfg, synonyms=pairs)
+    rows, replaced = _edge_map_oracle(content, pairs, cfg)
+    assert list(zip(edges.source.tolist(), edges.target.tolist(), edges.weight.tolist(), edges.kind.tolist())) == rows
+    assert stats.relation_pairs_replaced_by_synonym == replaced and len(rows) > 50

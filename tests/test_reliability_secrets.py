@@ -136,7 +136,7 @@ def test_run_redacts_metrics_log_and_saved_config(key_env, tmp_path, caplog):
         logging.getLogger().removeHandler(handler)
     saved = (run_dir / "metrics.json").read_text() + (run_dir / ".hydra" / "config.yaml").read_text() + buf.getvalue()
     for secret in (ENV_KEY, SK):
-        assert secret not in saved and secret not in json.dumps(metrics)
+        assert secret not in saved and secret not in json.dumps(metrics.to_json())
     assert metrics["provenance"]["models"]["llm_base_url"] == "https://***@llm.example.com/v1?api_key=***"
     assert "llm.base_url carries credentials" in buf.getvalue()
     assert "configured url https://***@llm.example.com/v1?api_key=***" in buf.getvalue()

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.shared_data
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
+def cache_dir(musique_cache):
+    return musique_cache
 
 
 def _run(shared_data, cache_dir, run_dir, *overrides):

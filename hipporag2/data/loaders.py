@@ -38,6 +38,26 @@ class Passage:
         return passage_string(self.title, self.text)
 
 
+@dataclass(frozen=True)
+class DocPassage(Passage):
+    """A passage handed over as one string (the library's `index(docs)`, as the
+    reference takes them): `title\ntext` splits at the first newline, and the string
+    itself stays the passage's identity even when it has no newline."""
+
+    doc: str = ""
+
+    @property
+    def string(self) -> str:
+        return self.doc
+
+
+def passage_of_string(doc: str, corpus_idx: int) -> Passage:
+    title, sep, text = doc.partition("\n")
+    if not sep:
+        title, text = "", doc
+    return DocPassage(title, text, corpus_idx, doc)
+
+
 @dataclass
 class Corpus:
     """Unique passages in corpus order; a repeated passage string keeps its first index."""
@@ -63,10 +83,6 @@ class Query:
     question: str
     gold_answers: List[str] = field(default_factory=list)
     gold_passages: List[str] = field(default_factory=list)
-
-
-def _require_str(path, rec, fieldname, value) -> str:
-    return require_str(path, rec, fieldname, value)
 
 
 def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 
@@ -65,7 +65,3 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_samples: int = 10
     idx = rng.integers(0, a.size, size=(n_samples, a.size))
     means = diff[idx].mean(axis=1)
     return float((means <= 0).mean())
-
-
-def per_query_recall(golds: Sequence[Sequence[str]], rankeds: Sequence[Sequence[str]], k: int) -> List[float]:
-    return [recall_at_k(g, r, k) for g, r in zip(golds, rankeds)]

@@ -19,7 +19,6 @@ from hipporag2.graph.triples import (
     Triple,
     TripleStats,
     clean_triples,
-    passage_phrases,
     phrase_nodes,
     phrase_passages,
     unique_facts,
@@ -68,10 +67,28 @@ class IndexContent:
         return {p: i for i, p in enumerate(self.phrases)}
 
 
-def index_content(passages: Sequence[str], raw_triples: Sequence[Sequence], cfg: GraphConfig) -> IndexContent:
-    """raw_triples[i] are passage i's triples exactly as extracted."""
+@dataclass
+class CleanTriples:
+    """One passage's triples after the length / duplicate filter and normalisation,
+    with their counts: a pure function of the passage's raw triples, so an insert
+    reuses it for every passage it already had."""
+
+    triples: List[Triple]
+    stats: TripleStats
+
+
+def clean_passage(raw: Sequence, cfg: GraphConfig) -> CleanTriples:
     stats = TripleStats()
-    chunk_triples = [clean_triples(raw, cfg.dedup_before_normalise, stats) for raw in raw_triples]
+    return CleanTriples(clean_triples(raw, cfg.dedup_before_normalise, stats), stats)
+
+
+def content_of(passages: Sequence[str], cleaned: Sequence[CleanTriples]) -> IndexContent:
+    """Phrases, facts and node specificity of passages with cleaned triples."""
+    stats = TripleStats()
+    for c in cleaned:
+        for f in ("raw", "kept", "wrong_length", "duplicates", "non_string"):
+            setattr(stats, f, getattr(stats, f) + getattr(c.stats, f))
+    chunk_triples = [c.triples for c in cleaned]
     phrases = phrase_nodes(chunk_triples)
     index = {p: i for i, p in enumerate(phrases)}
     return IndexContent(
@@ -82,6 +99,11 @@ def index_content(passages: Sequence[str], raw_triples: Sequence[Sequence], cfg:
         phrase_passages=phrase_passages(chunk_triples, index),
         triple_stats=stats,
     )
+
+
+def index_content(passages: Sequence[str], raw_triples: Sequence[Sequence], cfg: GraphConfig) -> IndexContent:
+    """raw_triples[i] are passage i's triples exactly as extracted."""
+    return content_of(passages, [clean_passage(raw, cfg) for raw in raw_triples])
 
 
 @dataclass
@@ -95,15 +117,64 @@ class GraphEdges:
     kind: np.ndarray
 
 
+def graph_synonyms(phrases: Sequence[str], phrase_embeddings: np.ndarray | None, cfg: GraphConfig,
+                   progress: bool = False) -> List[Tuple[int, int, float]]:
+    """The synonym pairs of a graph config (SPEC §2.8), in `synonym_pairs` order."""
+    if phrase_embeddings is None or len(phrase_embeddings) != len(phrases):
+        raise ValueError("phrase embeddings must have one row per phrase node")
+    return synonym_pairs(
+        phrases,
+        phrase_embeddings,
+        threshold=cfg.synonymy_edge_sim_threshold,
+        top_k=cfg.synonymy_edge_topk,
+        max_neighbours=cfg.synonymy_edge_max_neighbours,
+        block_size=cfg.knn_block_size,
+        progress=progress,
+    )
+
+
+def _first_order_unique(keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique keys in order of first occurrence, their counts and their last positions."""
+    if keys.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy(), z.copy()
+    uniq, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    _, first_of_reversed = np.unique(keys[::-1], return_index=True)
+    last = keys.size - 1 - first_of_reversed
+    order = np.argsort(first, kind="stable")
+    return uniq[order], counts[order], last[order]
+
+
+def passage_phrase_pairs(content: IndexContent) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Triple endpoints as phrase indices (subject, object, passage of each triple, in
+    passage then triple order)."""
+    index = content.phrase_index
+    subj = [index[t[0]] for triples in content.chunk_triples for t in triples]
+    obj = [index[t[2]] for triples in content.chunk_triples for t in triples]
+    owner = [p for p, triples in enumerate(content.chunk_triples) for _ in triples]
+    return (np.asarray(subj, dtype=np.int64), np.asarray(obj, dtype=np.int64), np.asarray(owner, dtype=np.int64),
+            np.asarray([len(t) for t in content.chunk_triples], dtype=np.int64))
+
+
 def build_edges(
     content: IndexContent,
     phrase_embeddings: np.ndarray | None,
     cfg: GraphConfig,
     progress: bool = False,
+    synonyms=None,
 ) -> Tuple[GraphEdges, GraphStats]:
+    """The edges of SPEC §2 in the order the reference's edge map holds them.
+
+    The reference writes relation counts, then context edges, then synonym scores
+    into one map keyed by ordered pair; a synonym score replaces the relation count of
+    the same key in place, new keys are appended, self-loop keys are dropped when the
+    map becomes edges. This is that map computed with array operations (keys encoded
+    as a * n_vertices + b), in the same order, so PPR sums edge weights in the same
+    order too. `synonyms`: the pairs when already known (`synonym_pairs` order, a list
+    of tuples or (query, neighbour, score) arrays), e.g. from an incremental update
+    (`hipporag2.graph.update`); computed here when None."""
     n_phr, n_pas = len(content.phrases), len(content.passages)
-    index = content.phrase_index
-    edge_map: Dict[Tuple[int, int], Tuple[float, int]] = {}
+    n = n_phr + n_pas
     stats = GraphStats(
         phrase_nodes=n_phr,
         passage_nodes=n_pas,
@@ -115,65 +186,68 @@ def build_edges(
         triples_non_string=content.triple_stats.non_string,
         passages_without_triples=sum(1 for t in content.chunk_triples if not t),
     )
+    subj, obj, owner, _ = passage_phrase_pairs(content)
 
-    def key(a: int, b: int) -> Tuple[int, int]:
-        return (a, b) if cfg.double_edges or a <= b else (b, a)
+    def key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if cfg.double_edges:
+            return a * n + b
+        return np.minimum(a, b) * n + np.maximum(a, b)
 
     # Relation edges: +1 per triple for each ordered pair (s, o) and (o, s).
-    for triples in content.chunk_triples:
-        for s, _, o in triples:
-            a, b = index[s], index[o]
-            for pair in ((a, b), (b, a)) if cfg.double_edges else (key(a, b),):
-                w, _ = edge_map.get(pair, (0.0, RELATION))
-                edge_map[pair] = (w + 1.0, RELATION)
-    # Context edges: passage -> each phrase of its triples, weight 1.
-    for p_idx, triples in enumerate(content.chunk_triples):
-        for phrase in passage_phrases(triples):
-            edge_map[(n_phr + p_idx, index[phrase])] = (1.0, CONTEXT)
+    rel_seq = np.stack([subj * n + obj, obj * n + subj], axis=1).ravel() if cfg.double_edges else key(subj, obj)
+    rel_keys, rel_counts, _ = _first_order_unique(rel_seq)
+    # Context edges: passage -> each phrase of its triples (first-seen order), weight 1.
+    ends = np.stack([subj, obj], axis=1).ravel()
+    ctx_seq = (n_phr + np.repeat(owner, 2)) * n + ends
+    ctx_keys, _, _ = _first_order_unique(ctx_seq)
+    keys = np.concatenate([rel_keys, ctx_keys])
+    weight = np.concatenate([rel_counts.astype(np.float64), np.ones(ctx_keys.size)])
+    kind = np.concatenate([np.full(rel_keys.size, RELATION, np.int8), np.full(ctx_keys.size, CONTEXT, np.int8)])
+    extra = (np.zeros(0, np.int64), np.zeros(0, np.float64))
     # Synonym edges, written into the same map (replacing relation weights by default).
-    extra_synonyms: List[Tuple[int, int, float]] = []
     if cfg.synonym_edges and n_phr:
-        if phrase_embeddings is None or len(phrase_embeddings) != n_phr:
-            raise ValueError("phrase embeddings must have one row per phrase node")
-        pairs = synonym_pairs(
-            content.phrases,
-            phrase_embeddings,
-            threshold=cfg.synonymy_edge_sim_threshold,
-            top_k=cfg.synonymy_edge_topk,
-            max_neighbours=cfg.synonymy_edge_max_neighbours,
-            block_size=cfg.knn_block_size,
-            progress=progress,
-        )
-        for a, b, score in pairs:
-            pair = key(a, b)
-            prev = edge_map.get(pair)
-            if prev is not None and prev[1] == RELATION and not cfg.synonym_overwrites_relation:
-                extra_synonyms.append((pair[0], pair[1], score))
-                continue
-            if prev is not None and prev[1] == RELATION:
-                stats.relation_pairs_replaced_by_synonym += 1
-            edge_map[pair] = (score, SYNONYM)
-
-    src, dst, wts, kinds = [], [], [], []
-    for (a, b), (w, kind) in edge_map.items():
-        if a == b:
-            stats.self_loops_dropped += 1
-            continue
-        src.append(a)
-        dst.append(b)
-        wts.append(w)
-        kinds.append(kind)
-    for a, b, w in extra_synonyms:
-        src.append(a)
-        dst.append(b)
-        wts.append(w)
-        kinds.append(SYNONYM)
+        pairs = synonyms if synonyms is not None else graph_synonyms(content.phrases, phrase_embeddings, cfg, progress)
+        if isinstance(pairs, tuple) and len(pairs) == 3 and isinstance(pairs[0], np.ndarray):
+            q, c, sc = (np.asarray(x) for x in pairs)
+        else:
+            arr = list(pairs)
+            q = np.asarray([p[0] for p in arr], dtype=np.int64)
+            c = np.asarray([p[1] for p in arr], dtype=np.int64)
+            sc = np.asarray([p[2] for p in arr], dtype=np.float64)
+        sc = np.asarray(sc, dtype=np.float32).astype(np.float64) if np.asarray(sc).dtype == np.float32 else np.asarray(sc, np.float64)
+        syn_seq = key(np.asarray(q, np.int64), np.asarray(c, np.int64))
+        order = np.argsort(rel_keys, kind="stable")
+        sorted_rel = rel_keys[order]
+        pos = np.searchsorted(sorted_rel, syn_seq)
+        hits_rel = (pos < sorted_rel.size) & (sorted_rel[np.minimum(pos, max(sorted_rel.size - 1, 0))] == syn_seq) if sorted_rel.size else np.zeros(syn_seq.size, bool)
+        if cfg.synonym_overwrites_relation:
+            hit_keys, _, hit_last = _first_order_unique(syn_seq[hits_rel])
+            if hit_keys.size:
+                at = order[np.searchsorted(sorted_rel, hit_keys)]
+                weight[at] = sc[hits_rel][hit_last]
+                kind[at] = SYNONYM
+            stats.relation_pairs_replaced_by_synonym = int(hit_keys.size)
+        else:
+            extra = (syn_seq[hits_rel], sc[hits_rel])
+        new_keys, _, new_last = _first_order_unique(syn_seq[~hits_rel])
+        keys = np.concatenate([keys, new_keys])
+        weight = np.concatenate([weight, sc[~hits_rel][new_last]])
+        kind = np.concatenate([kind, np.full(new_keys.size, SYNONYM, np.int8)])
+    src, dst = keys // n if n else keys, keys % n if n else keys
+    loop = src == dst
+    stats.self_loops_dropped = int(loop.sum())
+    src, dst, weight, kind = src[~loop], dst[~loop], weight[~loop], kind[~loop]
+    if extra[0].size:
+        src = np.concatenate([src, extra[0] // n])
+        dst = np.concatenate([dst, extra[0] % n])
+        weight = np.concatenate([weight, extra[1]])
+        kind = np.concatenate([kind, np.full(extra[0].size, SYNONYM, np.int8)])
     edges = GraphEdges(
-        n_vertices=n_phr + n_pas,
-        source=np.asarray(src, dtype=np.int64),
-        target=np.asarray(dst, dtype=np.int64),
-        weight=np.asarray(wts, dtype=np.float64),
-        kind=np.asarray(kinds, dtype=np.int8),
+        n_vertices=n,
+        source=src.astype(np.int64),
+        target=dst.astype(np.int64),
+        weight=weight.astype(np.float64),
+        kind=kind.astype(np.int8),
     )
     counts = np.bincount(edges.kind, minlength=3) if edges.kind.size else np.zeros(3, dtype=int)
     stats.relation_edges, stats.context_edges, stats.synonym_edges = (int(c) for c in counts)

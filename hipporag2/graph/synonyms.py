@@ -1,14 +1,135 @@
 """Synonym edges: thresholded nearest phrases by cosine (SPEC §2.8).
 
 Computed in blocks of query rows, so memory is block x n, never n x n.
+
+Scores are canonical: a float32 product selects the candidates (with a margin far
+above float32 rounding), then each candidate's cosine is recomputed as a float64 dot
+product of its two rows and rounded to float32. A float32 matrix product rounds an
+entry differently depending on the shape of the block it sits in (measured: ~5% of
+entries differ in the last bit between two block shapes), which would make the edges
+depend on how the phrases happen to be batched; the canonical score depends only on
+the two vectors. That is what lets an incremental insert (`hipporag2.graph.update`)
+produce exactly the graph of a from-scratch build.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hipporag2.text import alnum_len
+
+# float32 products of unit vectors are within ~1e-6 of the exact cosine for any
+# embedding width in use; candidates this far below the threshold are rescored too.
+SELECT_MARGIN = 1e-4
+_RESCORE_CHUNK = 8192
+
+
+def pair_scores(emb: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Canonical cosine of each pair (rows[i], cols[i]): float64 dot, rounded to float32."""
+    out = np.empty(len(rows), dtype=np.float32)
+    for s in range(0, len(rows), _RESCORE_CHUNK):
+        a = np.asarray(emb[rows[s : s + _RESCORE_CHUNK]], dtype=np.float64)
+        b = np.asarray(emb[cols[s : s + _RESCORE_CHUNK]], dtype=np.float64)
+        out[s : s + _RESCORE_CHUNK] = np.einsum("ij,ij->i", a, b)
+    return out
+
+
+def query_mask(phrases: Sequence[str]) -> np.ndarray:
+    """Which phrases are synonym queries: more than 2 alphanumeric characters."""
+    return np.array([alnum_len(p) > 2 for p in phrases], dtype=bool)
+
+
+def knn_candidates(
+    embeddings: np.ndarray,
+    query_rows: np.ndarray,
+    threshold: float,
+    columns: Optional[np.ndarray] = None,
+    block_size: int = 1024,
+    progress: bool = False,
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (query, column, canonical score) with score >= threshold, sorted by query,
+    then score descending, then column ascending. `columns` (default: all rows)
+    restricts the neighbours searched; indices are rows of `embeddings` throughout."""
+    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+    query_rows = np.asarray(query_rows, dtype=np.int64)
+    cols = np.arange(emb.shape[0], dtype=np.int64) if columns is None else np.asarray(columns, dtype=np.int64)
+    target = emb if columns is None else emb[cols]
+    rs, cs, ss = [], [], []
+    starts = range(0, len(query_rows), block_size)
+    if progress:
+        from tqdm import tqdm
+
+        starts = tqdm(starts, desc="synonym KNN", unit="block")
+    select = np.float32(threshold - SELECT_MARGIN)
+    for start in starts:
+        rows = query_rows[start : start + block_size]
+        if rows.size == 0 or cols.size == 0:
+            continue
+        sims = emb[rows] @ target.T
+        r_loc, c_loc = np.nonzero(sims >= select)
+        if r_loc.size == 0:
+            continue
+        r, c = rows[r_loc], cols[c_loc]
+        s = pair_scores(emb, r, c)
+        keep = s >= np.float32(threshold)
+        rs.append(r[keep])
+        cs.append(c[keep])
+        ss.append(s[keep])
+    if not rs:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), np.zeros(0, dtype=np.float32)
+    r, c, s = np.concatenate(rs), np.concatenate(cs), np.concatenate(ss)
+    order = np.lexsort((c, -s, r))
+    return r[order], c[order], s[order]
+
+
+def cap_per_query(q: np.ndarray, c: np.ndarray, s: np.ndarray, empty: np.ndarray, top_k: int,
+                  max_neighbours: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference's walk over each query's sorted candidates: the first `top_k`
+    candidates (itself included) are looked at, itself and the empty phrase skipped,
+    at most `max_neighbours` accepted. Input sorted as `knn_candidates` returns it."""
+    if q.size == 0:
+        return q, c, s
+    starts = np.r_[0, np.nonzero(np.diff(q))[0] + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, q.size]))
+    position = np.arange(q.size) - group_start
+    skip = (c == q) | empty[c]
+    in_window = position < top_k
+    ok = in_window & ~skip
+    # accepted count so far within the query = cumulative count of ok in the group
+    cum = np.cumsum(ok)
+    before = cum - ok  # accepted strictly before this candidate (global)
+    accepted_before = before - (cum[group_start] - ok[group_start])
+    keep = ok & (accepted_before < max_neighbours)
+    return q[keep], c[keep], s[keep]
+
+
+def synonym_arrays(
+    phrases: Sequence[str],
+    embeddings: np.ndarray,
+    threshold: float = 0.8,
+    top_k: int = 2047,
+    max_neighbours: int = 101,
+    block_size: int = 1024,
+    progress: bool = False,
+    query_rows: Optional[np.ndarray] = None,
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`synonym_pairs` as three arrays (query, neighbour, float32 score). `query_rows`
+    restricts the queries (default: every phrase); each query's list is the same as
+    in a search over all queries."""
+    n = len(phrases)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), np.zeros(0, dtype=np.float32)
+    is_query = query_mask(phrases)
+    if query_rows is not None:
+        chosen = np.zeros(n, dtype=bool)
+        chosen[np.asarray(query_rows, dtype=np.int64)] = True
+        is_query &= chosen
+    empty_phrase = np.array([p == "" for p in phrases], dtype=bool)
+    q, c, s = knn_candidates(embeddings, np.nonzero(is_query)[0], threshold, block_size=block_size, progress=progress)
+    return cap_per_query(q, c, s, empty_phrase, min(top_k, n), max_neighbours)
 
 
 def synonym_pairs(
@@ -19,6 +140,7 @@ def synonym_pairs(
     max_neighbours: int = 101,
     block_size: int = 1024,
     progress: bool = False,
+    query_rows: Optional[np.ndarray] = None,
 ) -> List[Tuple[int, int, float]]:
     """(query, neighbour, cosine) for every accepted synonym, in query order.
 
@@ -29,44 +151,5 @@ def synonym_pairs(
     skipped. Every query is processed, so a mutual pair yields two entries.
     Ties between equal scores are broken by the lower neighbour index.
     """
-    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
-    n = emb.shape[0]
-    if n == 0:
-        return []
-    queries = np.array([alnum_len(p) > 2 for p in phrases], dtype=bool)
-    empty = np.array([p == "" for p in phrases], dtype=bool)
-    k = min(top_k, n)
-    out: List[Tuple[int, int, float]] = []
-    starts = range(0, n, block_size)
-    if progress:
-        from tqdm import tqdm
-
-        starts = tqdm(starts, desc="synonym KNN", unit="block")
-    for start in starts:
-        rows = np.nonzero(queries[start : start + block_size])[0] + start
-        if rows.size == 0:
-            continue
-        sims = emb[rows] @ emb.T
-        r_idx, c_idx = np.nonzero(sims >= np.float32(threshold))
-        if r_idx.size == 0:
-            continue
-        scores = sims[r_idx, c_idx]
-        # Sort by row, then score descending, then neighbour index ascending.
-        order = np.lexsort((c_idx, -scores, r_idx))
-        r_idx, c_idx, scores = r_idx[order], c_idx[order], scores[order]
-        bounds = np.searchsorted(r_idx, np.arange(rows.size + 1))
-        for local in range(rows.size):
-            lo, hi = bounds[local], bounds[local + 1]
-            if lo == hi:
-                continue
-            q = int(rows[local])
-            accepted = 0
-            for c, s in zip(c_idx[lo : min(hi, lo + k)], scores[lo : min(hi, lo + k)]):
-                if accepted >= max_neighbours:
-                    break
-                c = int(c)
-                if c == q or empty[c]:
-                    continue
-                out.append((q, c, float(s)))
-                accepted += 1
-    return out
+    q, c, s = synonym_arrays(phrases, embeddings, threshold, top_k, max_neighbours, block_size, progress, query_rows)
+    return list(zip(q.tolist(), c.tolist(), s.astype(np.float64).tolist()))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hipporag2.atomicio import write_jsonl
 from hipporag2.evaluate.metrics import exact_match, token_f1
@@ -59,33 +60,55 @@ def extract_json_answer(text: str) -> Tuple[str, bool]:
     return extract_answer(raw)
 
 
-def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
-    top_k = cfg.qa.qa_top_k
+@dataclass
+class Answer:
+    """One question's reader output."""
+
+    prediction: str
+    raw_output: str
+    marker_found: bool
+    error: Optional[str] = None
+
+
+def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]]) -> List[Answer]:
+    """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call.
+    With qa.answer_format=json each request carries the answer schema (decoded under
+    it where the backend constrains decoding) and the reply is read as JSON."""
     fmt = getattr(cfg.qa, "answer_format", "marker")
-    contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
-    requests = [
-        ChatRequest(
-            messages=prompts.reader_messages(
-                [(corpus.passages[i].title, corpus.passages[i].text) for i in ctx], q.question, fmt
-            ),
-            json_schema=prompts.ANSWER_SCHEMA if fmt == "json" else None,
-        )
-        for q, ctx in zip(queries, contexts)
-    ]
+    schema = prompts.ANSWER_SCHEMA if fmt == "json" else None
+    requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q, fmt), json_schema=schema)
+                for q, ctx in zip(questions, contexts)]
     parse = extract_json_answer if fmt == "json" else extract_answer
     step = cfg.qa.chunk_size
     responses = []
     for c0 in range(0, len(requests), step):
         responses += llm.generate(requests[c0 : c0 + step], stage="qa", progress=bool(cfg.progress))
-    rows, ems, f1s = [], [], []
-    no_marker = failures = 0
-    for q, ctx, resp in zip(queries, contexts, responses):
+    out = []
+    for resp in responses:
         if resp.error is not None:
-            failures += 1
-            prediction, found = "", False
+            out.append(Answer("", resp.text, False, resp.error))
         else:
             prediction, found = parse(resp.text)
-            no_marker += 0 if found else 1
+            out.append(Answer(prediction, resp.text, found))
+    return out
+
+
+def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
+    top_k = cfg.qa.qa_top_k
+    fmt = getattr(cfg.qa, "answer_format", "marker")
+    contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
+    answers = answer_questions(
+        cfg, llm, [q.question for q in queries],
+        [[(corpus.passages[i].title, corpus.passages[i].text) for i in ctx] for ctx in contexts],
+    )
+    rows, ems, f1s = [], [], []
+    no_marker = failures = 0
+    for q, ctx, ans in zip(queries, contexts, answers):
+        if ans.error is not None:
+            failures += 1
+        else:
+            no_marker += 0 if ans.marker_found else 1
+        prediction = ans.prediction
         golds = list(q.gold_answers)
         em = exact_match(prediction, golds) if golds else 0.0
         f1 = token_f1(prediction, golds) if golds else 0.0
@@ -96,14 +119,14 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
             "question": q.question,
             "gold_answers": golds,
             "prediction": prediction,
-            "raw_output": resp.text,
+            "raw_output": ans.raw_output,
             "passages": [corpus.passages[i].title for i in ctx],
             "corpus_idx": [corpus.passages[i].corpus_idx for i in ctx],
             "em": em,
             "f1": round(f1, 4),
         }
-        if resp.error is not None:
-            row["error"] = resp.error
+        if ans.error is not None:
+            row["error"] = ans.error
         rows.append(row)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

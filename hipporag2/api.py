@@ -1,0 +1,318 @@
+"""The library: `from hipporag2 import HippoRAG`.
+
+    rag = HippoRAG("my_index", overrides=["embedding=minilm", "retrieval.filter=none",
+                                          "openie.import_path=my_openie.json"])
+    rag.index(docs)                      # passage strings "title\\ntext"
+    results = rag.retrieve(["Who ...?"], num_to_retrieve=5)
+    results[0].docs, results[0].doc_scores, results[0].kept_facts
+    report = rag.rag_qa(results, gold_answers=[["..."]])   # needs an llm=...
+    rag.index(more_docs)                 # insert: only the new passages are processed
+    rag.delete(some_docs)
+
+Shaped like the reference implementation's class so its users switch with few edits.
+Settings are the CLI's: `overrides` are the same Hydra override strings, validated
+the same way (a bad one raises ConfigError before any work), or pass a typed
+`Config`. Each stage is the CLI's own code (OpenIE import or extraction, the
+embedding cache, `hipporag2.indexing.assemble_index`, `hipporag2.retrieve.factory`,
+the reader), so the library and `hipporag2 ...` give the same rankings.
+
+`save_dir` holds the index (`index/`), the OpenIE extractions of the indexed
+passages (`openie.json`, interchange format), the synonym pairs (`synonyms.npz`, what
+an insert reuses) and `hipporag2_index.json` (the settings that define the index,
+written last). Reopening a `save_dir` loads it without indexing again; opening it
+with settings that would build a different index (another encoder or graph setting)
+is an error, never a silent rebuild.
+
+Insert and delete are exact: the index after `index(a)` then `index(b)` is the index
+of `index(a + b)` (same vertices, edges, weights, hence rankings), and after
+`delete(b)` the index of `index(a)`. Only new passages go through OpenIE and the
+encoder (the embedding cache is by text), and the synonym KNN searches only what
+changed (`hipporag2.graph.update`). Identity assumes the encoder gives a text the
+same vector each time, which the shared embedding cache guarantees.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from hipporag2 import atomicio
+from hipporag2.config import Config, ConfigError, validate
+from hipporag2.data.loaders import Corpus, Query, passage_of_string
+from hipporag2.results import QAReport, QueryResult, from_details
+
+log = logging.getLogger("hipporag2")
+
+STATE_FILE = "hipporag2_index.json"
+STATE_FORMAT = 1
+
+
+class HippoRAG:
+    """An index in `save_dir` and the configured retriever and reader over it."""
+
+    def __init__(self, save_dir: Union[str, Path], overrides: Optional[Sequence[str]] = None,
+                 config: Optional[Config] = None):
+        self.save_dir = Path(save_dir)
+        if config is not None and overrides:
+            raise ConfigError("pass either overrides or config, not both (apply overrides to the Config yourself)")
+        if config is None:
+            from hipporag2.cli import compose
+
+            given = {o.split("=", 1)[0].lstrip("+~") for o in overrides or []}
+            defaults = [f"{k}={v}" for k, v in (("run_dir", self.save_dir / "runs"), ("cache_dir", self.save_dir / "cache"))
+                        if k not in given]
+            config = compose(defaults + list(overrides or []))
+        else:
+            config = validate(config)
+        from hipporag2.data.validate import check_input_paths
+
+        check_input_paths(config)
+        self.cfg: Config = config
+        from hipporag2.pipeline import LazyLLM
+        from hipporag2.registry import ENCODER_METHODS, GRAPH_METHODS
+
+        self._llm = LazyLLM(config)
+        self.needs_graph = config.retrieval.method in GRAPH_METHODS
+        self.needs_encoder = config.retrieval.method in ENCODER_METHODS
+        self._store = None
+        self._retriever = None
+        self._index = None
+        self._synonyms = None
+        self._cleaned = None  # cleaned triples by passage, kept in memory for the next insert
+        self._extractions: Dict[str, Any] = {}
+        self.last_update = None  # UpdateStats of the latest insert/delete (synonym KNN work)
+        if (self.save_dir / STATE_FILE).is_file():
+            self._load()
+
+    # ---- state ---------------------------------------------------------------------
+
+    @property
+    def passages(self) -> List[str]:
+        """The indexed passage strings, in index order (insertion order)."""
+        return list(self._index.passages) if self._index is not None else []
+
+    @property
+    def edges(self):
+        """The graph's edges (`hipporag2.graph.build.GraphEdges`: source, target, weight, kind)."""
+        return self._index.edges if self._index is not None else None
+
+    @property
+    def graph_stats(self) -> Dict[str, int]:
+        return dict(self._index.stats) if self._index is not None else {}
+
+    def _settings(self) -> Dict[str, Any]:
+        return {
+            "graph": self.needs_graph,
+            "encoder": self.store().dir.name if self.needs_encoder else None,
+            "graph_config": asdict(self.cfg.graph) if self.needs_graph else None,
+        }
+
+    def _check_compatible(self, saved: Dict[str, Any]) -> None:
+        problems = []
+        if self.needs_graph and not saved.get("graph"):
+            problems.append(f"it has no graph (indexed for a method without OpenIE), retrieval.method={self.cfg.retrieval.method} needs one")
+        if self.needs_encoder and saved.get("encoder") != self.store().dir.name:
+            problems.append(f"its passages were embedded by {saved.get('encoder')!r}, this config's encoder is {self.store().dir.name!r}")
+        if self.needs_graph and saved.get("graph") and saved.get("graph_config") != asdict(self.cfg.graph):
+            diff = [f"graph.{k}={v!r} (saved {saved['graph_config'].get(k)!r})" for k, v in asdict(self.cfg.graph).items()
+                    if saved["graph_config"].get(k) != v]
+            problems.append("its graph was built with other settings: " + ", ".join(diff))
+        if problems:
+            raise ConfigError(f"save_dir {self.save_dir} holds an index this config cannot use: " + "; ".join(problems)
+                              + " (use another save_dir, or the settings it was indexed with)")
+
+    def _load(self) -> None:
+        from hipporag2.graph.store import load_index
+        from hipporag2.openie.interchange import parse_openie
+
+        state = json.loads((self.save_dir / STATE_FILE).read_text(encoding="utf-8"))
+        if state.get("format") != STATE_FORMAT:
+            raise ConfigError(f"{self.save_dir / STATE_FILE}: unknown format {state.get('format')!r}")
+        self._check_compatible(state["settings"])
+        self._index = load_index(self.save_dir / "index")
+        if self._index.n_passages != state["passages"]:
+            raise ConfigError(f"{self.save_dir}: index/ holds {self._index.n_passages} passages, {STATE_FILE} says {state['passages']}")
+        syn = np.load(self.save_dir / "synonyms.npz")
+        self._synonyms = (syn["query"], syn["neighbour"], syn["score"])
+        openie = self.save_dir / "openie.json"
+        self._extractions = {ex.idx: ex for ex in parse_openie(openie)} if openie.is_file() else {}
+        self._saved_settings = state["settings"]
+        log.info("opened %s: %d passages, %d phrases", self.save_dir, self._index.n_passages, self._index.n_phrases)
+
+    def _save(self, settings: Dict[str, Any]) -> None:
+        from hipporag2.graph.store import save_index
+        from hipporag2.openie.interchange import write_openie
+
+        self.save_dir.mkdir(parents=True, exist_ok=True)
+        state_path = self.save_dir / STATE_FILE
+        state_path.unlink(missing_ok=True)  # the state file marks a complete save_dir: written last
+        q, c, s = self._synonyms
+        buf_path = self.save_dir / "synonyms.npz"
+        tmp = buf_path.with_name(buf_path.name + ".tmp.npz")
+        np.savez(tmp, query=q, neighbour=c, score=np.asarray(s, dtype=np.float32))
+        tmp.replace(buf_path)
+        if self.needs_graph:
+            write_openie(self.save_dir / "openie.json",
+                         [self._extractions[k] for k in self._passage_ids() if k in self._extractions])
+        save_index(self._index, self.save_dir / "index")
+        atomicio.write_json(state_path, {"format": STATE_FORMAT, "passages": self._index.n_passages, "settings": settings})
+
+    def _passage_ids(self) -> List[str]:
+        from hipporag2.text import passage_id
+
+        return [passage_id(p) for p in self._index.passages]
+
+    def store(self):
+        """The embedding cache of the configured encoder (the encoder loads on first miss)."""
+        if self._store is None:
+            from hipporag2.embed.store import open_store
+
+            self._store = open_store(self.cfg.cache_dir, self.cfg.embedding)
+        return self._store
+
+    # ---- indexing ------------------------------------------------------------------
+
+    def index(self, docs: Sequence[str]) -> int:
+        """Index passage strings; passages already indexed are skipped, so calling it
+        again with more passages inserts them. Returns how many were added."""
+        docs = _check_docs(docs, "index")
+        have = set(self.passages)
+        new = [d for d in dict.fromkeys(docs) if d not in have]
+        if not new and self._index is not None:
+            return 0
+        if self.needs_graph:
+            from hipporag2.pipeline import get_openie
+
+            corpus = Corpus([passage_of_string(d, i) for i, d in enumerate(new)])
+            report: Dict[str, Any] = {}
+            extracted, _ = get_openie(self.cfg, corpus, self._llm, report)
+            self._extractions.update(extracted)
+        self._rebuild(self.passages + new)
+        log.info("indexed %d new passages (%d in all)", len(new), len(self.passages))
+        return len(new)
+
+    def delete(self, docs: Sequence[str]) -> int:
+        """Remove passages, and the phrases and facts no remaining passage supports.
+        Passages not in the index are ignored. Returns how many were removed."""
+        docs = set(_check_docs(docs, "delete", allow_empty=True))
+        remaining = [p for p in self.passages if p not in docs]
+        removed = len(self.passages) - len(remaining)
+        if removed == 0:
+            return 0
+        from hipporag2.text import passage_id
+
+        keep_ids = {passage_id(p) for p in remaining}
+        self._extractions = {k: v for k, v in self._extractions.items() if k in keep_ids}
+        self._rebuild(remaining)
+        log.info("deleted %d passages (%d remain)", removed, len(remaining))
+        return removed
+
+    def _rebuild(self, passages: List[str]) -> None:
+        from hipporag2.indexing import Previous, assemble_index
+
+        settings = self._settings()
+        previous = None
+        if self._index is not None and self._synonyms is not None:
+            previous = Previous(self._index.phrases, self._synonyms, self._cleaned)
+        split = [passage_of_string(p, i) for i, p in enumerate(passages)]
+        asm = assemble_index(
+            passages, [p.title for p in split], list(range(len(passages))), self._extractions,
+            self.store() if self.needs_encoder else None, self.cfg.graph, progress=self.cfg.progress,
+            previous=previous, graph=self.needs_graph,
+        )
+        self._index, self._synonyms, self._cleaned, self.last_update = asm.index, asm.synonyms, asm.cleaned, asm.update
+        self._retriever = None
+        self._save(settings)
+
+    # ---- retrieval and QA ----------------------------------------------------------
+
+    def _get_retriever(self):
+        if self._index is None:
+            raise ConfigError(f"{self.save_dir} has no index yet: call index(docs) first")
+        if self._retriever is None:
+            from hipporag2.retrieve.factory import RetrieverParts, build_retriever
+
+            parts = RetrieverParts(cfg=self.cfg, passages=self._index.passages, index=self._index,
+                                   store=self.store() if self.needs_encoder else None, llm=self._llm)
+            self._retriever = build_retriever(parts)
+        return self._retriever
+
+    def retrieve(self, queries: Sequence[Union[str, Query]], num_to_retrieve: Optional[int] = None) -> List[QueryResult]:
+        """The top `num_to_retrieve` (default retrieval.retrieval_top_k) passages of
+        each query, best first, with the graph retriever's facts and seeds."""
+        qs = [q if isinstance(q, Query) else Query(id=str(i), question=_check_question(q, i)) for i, q in enumerate(queries)]
+        retriever = self._get_retriever()
+        k = num_to_retrieve if num_to_retrieve is not None else self.cfg.retrieval.retrieval_top_k
+        if k < 1:
+            raise ConfigError(f"num_to_retrieve={k} must be >= 1")
+        retriever.cfg = replace(self.cfg.retrieval, retrieval_top_k=k)
+        out = []
+        block = self.cfg.retrieval.query_batch_size
+        for start in range(0, len(qs), block):
+            for q, r in zip(qs[start : start + block], retriever.retrieve(qs[start : start + block])):
+                out.append(from_details(q.question, q.id, r.ranked, r.scores, r.details, self._index.passages))
+        return out
+
+    def rag_qa(self, queries: Sequence[Union[str, QueryResult]], gold_answers: Optional[Sequence[Sequence[str]]] = None,
+               gold_docs: Optional[Sequence[Sequence[str]]] = None) -> QAReport:
+        """Answer each query from its top `qa.qa_top_k` passages with the configured
+        LLM (retrieving first when given questions). With gold answers: EM / F1;
+        with gold passages: recall@k (`recall_k`)."""
+        from hipporag2.evaluate.metrics import exact_match, mean_recall, token_f1
+        from hipporag2.qa.reader import answer_questions
+
+        results = [q if isinstance(q, QueryResult) else None for q in queries]
+        todo = [q for q in queries if not isinstance(q, QueryResult)]
+        if todo:
+            fresh = iter(self.retrieve(todo))
+            results = [r if r is not None else next(fresh) for r in results]
+        for name, gold in (("gold_answers", gold_answers), ("gold_docs", gold_docs)):
+            if gold is not None and len(gold) != len(results):
+                raise ConfigError(f"{name} has {len(gold)} entries for {len(results)} queries")
+        top_k = self.cfg.qa.qa_top_k
+        contexts = [[(p.title, p.text) for p in (passage_of_string(d, 0) for d in r.docs[:top_k])] for r in results]
+        answers = answer_questions(self.cfg, self._llm.get(), [r.question for r in results], contexts)
+        report = QAReport(results=results)
+        ems, f1s = [], []
+        for i, (r, a) in enumerate(zip(results, answers)):
+            r.answer = a.prediction
+            report.no_answer_marker += 0 if (a.marker_found or a.error) else 1
+            report.llm_failures += 1 if a.error else 0
+            if gold_answers is not None:
+                r.gold_answers = _as_answers(gold_answers[i])
+                ems.append(exact_match(a.prediction, r.gold_answers))
+                f1s.append(token_f1(a.prediction, r.gold_answers))
+            if gold_docs is not None:
+                r.gold_docs = list(gold_docs[i])
+        if ems:
+            report.em = round(100.0 * sum(ems) / len(ems), 1)
+            report.f1 = round(100.0 * sum(f1s) / len(f1s), 1)
+        if gold_docs is not None:
+            report.recall = mean_recall([r.gold_docs for r in results], [r.docs for r in results], self.cfg.recall_k)
+        return report
+
+
+def _as_answers(gold) -> List[str]:
+    return [gold] if isinstance(gold, str) else [str(g) for g in gold]
+
+
+def _check_docs(docs, what: str, allow_empty: bool = False) -> List[str]:
+    if isinstance(docs, str):
+        raise ConfigError(f"{what}(docs): expected a list of passage strings, got one string")
+    out = list(docs)
+    for i, d in enumerate(out):
+        if not isinstance(d, str) or (not d.strip() and not allow_empty):
+            raise ConfigError(f"{what}(docs): docs[{i}] is {type(d).__name__} {str(d)[:40]!r}, expected a non-empty passage string")
+    if not out and not allow_empty:
+        raise ConfigError(f"{what}(docs): no passages given")
+    return out
+
+
+def _check_question(q, i: int) -> str:
+    if not isinstance(q, str) or not q.strip():
+        raise ConfigError(f"retrieve(queries): queries[{i}] is {type(q).__name__} {str(q)[:40]!r}, expected a question string")
+    return q
