@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
@@ -454,10 +454,20 @@ def run(cfg: Config) -> RunReport:
         return _run(cfg, run_dir)
 
 
-def load_inputs(cfg: Config, timings: Timings):
-    """Corpus and queries, checked: (corpus, queries, queries path, corpus path, input
-    files for provenance, gold coverage). Gold passages missing from the corpus are
-    logged here, once, for every entry point that scores a run."""
+class Inputs(NamedTuple):
+    """A run's checked inputs (a NamedTuple: fields by name, or unpacked in this order)."""
+
+    corpus: Corpus
+    queries: List[Query]
+    queries_path: Path
+    corpus_path: Path
+    data_files: Dict[str, str]  # every input file -> content hash, for provenance
+    coverage: Any  # data.loaders gold coverage (n_gold, n_missing, queries without gold)
+
+
+def load_inputs(cfg: Config, timings: Timings) -> Inputs:
+    """Corpus and queries, checked. Gold passages missing from the corpus are logged
+    here, once, for every entry point that scores a run."""
     check_input_paths(cfg)
     with timings.stage("load_data"):
         corpus, queries = load_dataset(cfg)
@@ -472,7 +482,7 @@ def load_inputs(cfg: Config, timings: Timings):
         )
     if cov.queries_without_gold:
         log.warning("%d queries have no gold passage; recall counts 0 for them", len(cov.queries_without_gold))
-    return corpus, queries, qpath, cpath, data_files, cov
+    return Inputs(corpus, queries, qpath, cpath, data_files, cov)
 
 
 def _run(cfg: Config, run_dir: Path) -> RunReport:

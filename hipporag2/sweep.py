@@ -161,7 +161,6 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
         write_jsonl,
     )
     from hipporag2.redact import install_log_redaction, redact_obj
-    from hipporag2.retrieve.ppr import BatchedSolver
 
     t_start = time.perf_counter()
     install_log_redaction(cfg.llm.api_key_env)
@@ -178,11 +177,11 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     corpus, queries, qpath, cpath, data_files, cov = load_inputs(cfg, timings)
     store = open_store(cfg.cache_dir, cfg.embedding)
     llm = LazyLLM(cfg)
-    # The retriever is used for linking and dense scores only; its own solver is unused.
-    link_cfg = replace(cfg, retrieval=replace(cfg.retrieval, ppr_solver="prpack"))
+    # The retriever gives linking, dense scores and its batched solver (prepared once
+    # per index and loaded from the index folder), which the grid drives directly.
+    link_cfg = replace(cfg, retrieval=replace(cfg.retrieval, ppr_solver="batched"))
     retriever, index = make_retriever(link_cfg, corpus, store, llm, report, timings)
-    with timings.stage("solver_setup"):
-        solver = BatchedSolver(index.graph())
+    solver = retriever.solver
     with timings.stage("retrieval"):
         grid = solve_grid(retriever, solver, queries, dampings, weights, cfg.retrieval.query_batch_size, timings)
     shared = dict(timings.seconds)

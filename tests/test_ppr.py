@@ -312,10 +312,31 @@ def test_block_in_and_out_against_numpy():
     y[:, order[:n_active]] = np.maximum(z * sqrt_deg[:, None], 0.0).T
     out = np.full((m, n), np.nan)
     mass = rng.uniform(1.0, 2.0, m)
-    scatter_answers(z, R, pos, scale, sqrt_deg, mass, np.ones(m), out)
+    scatter_answers(z, R, pos, scale, sqrt_deg, mass, np.ones(m), out, 0)
     np.testing.assert_array_equal(out, y / mass[:, None])
-    scatter_answers(z, R, pos, scale, sqrt_deg, np.ones(m), scale, out)
+    scatter_answers(z, R, pos, scale, sqrt_deg, np.ones(m), scale, out, 0)
     np.testing.assert_array_equal(out, y * scale[:, None])
+    part = np.full((m, 13), np.nan)  # only nodes 30..42
+    scatter_answers(z, R, pos, scale, sqrt_deg, mass, np.ones(m), part, 30)
+    np.testing.assert_array_equal(part, (y / mass[:, None])[:, 30:43])
+
+
+def test_solve_returns_only_the_asked_columns():
+    from benchmarks.synthetic_graph import make_graph, make_queries
+
+    sg = make_graph(scale=0.01, seed=4)
+    R = make_queries(sg, 5, seed=2).resets(0.05)
+    for solver in (BatchedSolver(sg.graph, block_size=2), PrpackSolver(sg.graph)):
+        full = solver.solve(R, 0.5)
+        tail = solver.solve(R, 0.5, columns=slice(sg.n_phrase, None))
+        assert tail.shape == (5, sg.n_passage)
+        if isinstance(solver, BatchedSolver):
+            np.testing.assert_array_equal(tail, full[:, sg.n_phrase:])
+        else:  # prpack is not bit-reproducible from call to call
+            np.testing.assert_allclose(tail, full[:, sg.n_phrase:], rtol=1e-9)
+    np.testing.assert_array_equal(BatchedSolver(sg.graph).solve(R, 0.0, columns=slice(3, 9)), R[:, 3:9] / R.sum(axis=1, keepdims=True))
+    with pytest.raises(ValueError, match="step 1"):
+        BatchedSolver(sg.graph).solve(R, 0.5, columns=slice(0, 10, 2))
 
 
 def test_answers_into_a_given_array():
@@ -422,3 +443,12 @@ def test_components_solved_in_closed_form():
     R = np.array([[1.0, 0, 0, 0, 0, 2.0, 0.5], [0, 0, 0, 1.0, 0, 0, 0]])
     for d in (0.3, 0.5, 0.99):
         assert_matches(g, 0, R, d, s.solve(R, d))
+
+
+def test_block_size_follows_the_workspace_budget():
+    from hipporag2.retrieve.ppr import block_size_for
+
+    assert block_size_for(96_939, 2) == 32  # MuSiQue size: 4 x 8 B x 97k x 32 x 2 threads = 199 MB
+    assert block_size_for(2 * 96_939, 2) == 16
+    assert block_size_for(10 * 96_939, 2) == 8
+    assert block_size_for(96_939, 2, budget=100 << 20) == 16

@@ -57,3 +57,42 @@ def test_passage_seeds_weakest_gets_zero_and_top_k_variant():
     np.testing.assert_allclose(passage_seed_vector(dense, 0.05, top_k=1), [0.0, 0.05, 0.0])
     reset = reset_vector(2, [(1, 0.3)], passage_seed_vector(dense, 0.05))
     np.testing.assert_allclose(reset, [0, 0.3, 0, 0.05, 0.025])
+
+
+def _full_sort_top(row, k):
+    return np.argsort(np.asarray(row), kind="stable")[::-1][:k]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_partial_selection_equals_the_full_sort_ties_included(dtype):
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(size=1000), rng.integers(0, 5, size=1000), np.zeros(50), rng.integers(0, 3, size=7),
+            np.array([1.0, np.nan, 3.0, 3.0]), np.array([-0.0, 0.0, 0.0, -0.0])]
+    for row in rows:
+        row = np.asarray(row, dtype=dtype)
+        for k in [0, 1, 5, 200, len(row) - 1, len(row), len(row) + 3]:
+            np.testing.assert_array_equal(rank_desc(row, k), _full_sort_top(row, k))
+
+
+def test_min_max_top_k_equals_normalising_and_sorting_everything():
+    from hipporag2.retrieve.scoring import min_max_top_k
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 3000)).astype(np.float32)
+    X[1] = 0.25  # all equal: min-max gives ones, ties to the higher index
+    X[2, :100] = X[2].max()  # many tied maxima
+    X[3] = rng.integers(0, 4, size=3000)  # ties everywhere
+    X[4, 7] = np.nan  # the straightforward path
+    # raw values distinct but equal once normalised in float32 (rounding of (x - lo) / span)
+    X[5] = np.float32(0.5) + np.arange(3000, dtype=np.float32) * np.float32(1e-9)
+    X[5, 0], X[5, 1] = -1000.0, 1000.0
+    for k in [1, 5, 17, 3000, 4000]:
+        idx, val = min_max_top_k(X, k)
+        full = min_max_rows(X)
+        for r in range(len(X)):
+            want = rank_desc(full[r]) [: min(k, 3000)]
+            np.testing.assert_array_equal(idx[r], want)
+            np.testing.assert_array_equal(val[r], full[r][want])
+        assert val.dtype == np.float32
+    idx, val = min_max_top_k(np.zeros((0, 5), np.float32), 5)
+    assert idx.shape == (0, 5)

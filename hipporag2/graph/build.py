@@ -14,7 +14,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from hipporag2.config import GraphConfig
-from hipporag2.graph.synonyms import synonym_pairs
+from hipporag2.graph.synonyms import SynonymPairs, synonym_arrays
 from hipporag2.graph.triples import (
     Triple,
     TripleStats,
@@ -118,11 +118,11 @@ class GraphEdges:
 
 
 def graph_synonyms(phrases: Sequence[str], phrase_embeddings: np.ndarray | None, cfg: GraphConfig,
-                   progress: bool = False) -> List[Tuple[int, int, float]]:
+                   progress: bool = False) -> SynonymPairs:
     """The synonym pairs of a graph config (SPEC §2.8), in `synonym_pairs` order."""
     if phrase_embeddings is None or len(phrase_embeddings) != len(phrases):
         raise ValueError("phrase embeddings must have one row per phrase node")
-    return synonym_pairs(
+    return synonym_arrays(
         phrases,
         phrase_embeddings,
         threshold=cfg.synonymy_edge_sim_threshold,

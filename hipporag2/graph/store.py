@@ -41,6 +41,9 @@ class Index:
     phrase_emb: np.ndarray
     fact_emb: np.ndarray
     _graph: Optional[object] = field(default=None, repr=False)
+    # the folder it was saved to or loaded from: derived caches (the PPR solver's
+    # preparation, `retrieve/ppr_store.py`) live there; None for an index only in memory
+    path: Optional[Path] = field(default=None, repr=False, compare=False)
 
     @property
     def n_phrases(self) -> int:
@@ -141,6 +144,7 @@ def save_index(index: Index, path: Path | str) -> None:
         shutil.rmtree(old, ignore_errors=True)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+    index.path = path
 
 
 FILES = ("index.json", "edges.npz", "passage_emb.npy", "phrase_emb.npy", "fact_emb.npy", "graph_stats.json")
@@ -192,6 +196,7 @@ def load_index(path: Path | str, verify: bool = True) -> Index:
             passage_emb=np.load(path / "passage_emb.npy", mmap_mode="r"),
             phrase_emb=np.load(path / "phrase_emb.npy", mmap_mode="r"),
             fact_emb=np.load(path / "fact_emb.npy", mmap_mode="r"),
+            path=path,
         )
     except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
         raise IndexCorrupt(path, "index", f"cannot be loaded ({type(exc).__name__}: {exc})") from None

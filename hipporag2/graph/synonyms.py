@@ -1,6 +1,14 @@
 """Synonym edges: thresholded nearest phrases by cosine (SPEC §2.8).
 
-Computed in blocks of query rows, so memory is block x n, never n x n.
+A search over every phrase (an index build) computes each pair's float32 similarity
+once: E E^T is symmetric, so only tiles of its upper triangle are multiplied (BLAS,
+into one reused tile of `block_size` rows), a parallel compiled pass picks the
+candidates, and each candidate, rescored canonically (below), is offered to the lists
+of BOTH its ends; a list keeps only as many neighbours as the reference's walk can
+reach (`list_length`), so memory is bounded by the tile and phrases x that length
+(`knn_kernels`). A search restricted to some query rows (an incremental insert) runs
+those rows against all phrases in blocks (`knn_candidates`). Both give the same
+pairs and bit-identical scores (tests/test_synonym_knn.py).
 
 Scores are canonical: a float32 product selects the candidates (with a margin far
 above float32 rounding), then each candidate's cosine is recomputed as a float64 dot
@@ -13,11 +21,36 @@ produce exactly the graph of a from-scratch build.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hipporag2.graph.knn_kernels import fill_tile, offer_hits, scan_tile, walk_lists
 from hipporag2.text import alnum_len
+
+# columns of one similarity tile: with 1024 rows, 32 MB of float32 (BLAS ran at 48 / 52
+# / 53 GFLOPS for 1024 x 4096 / 1024 x 8192 / 2048 x 4096 tiles here)
+TILE_COLUMNS = 8192
+# candidates of one tile row kept in its slots by the parallel scan (more: that row is rescanned)
+SLOTS = 32
+
+
+class SynonymPairs(NamedTuple):
+    """Accepted synonym pairs, in query order: query, neighbour, float32 cosine."""
+
+    query: np.ndarray
+    neighbour: np.ndarray
+    score: np.ndarray
+
+    def as_tuples(self) -> List[Tuple[int, int, float]]:
+        return list(zip(self.query.tolist(), self.neighbour.tolist(), self.score.astype(np.float64).tolist()))
+
+
+def list_length(top_k: int, n: int, max_neighbours: int, n_skipped: int) -> int:
+    """How many best neighbours per phrase can matter: the walk looks at no more than
+    the top_k nearest, and within them it reaches at most max_neighbours accepted plus
+    itself plus the skipped (empty) phrases."""
+    return max(1, min(top_k, n, max_neighbours + 1 + n_skipped))
 
 # float32 products of unit vectors are within ~1e-6 of the exact cosine for any
 # embedding width in use; candidates this far below the threshold are rescored too.
@@ -105,6 +138,61 @@ def cap_per_query(q: np.ndarray, c: np.ndarray, s: np.ndarray, empty: np.ndarray
     return q[keep], c[keep], s[keep]
 
 
+def tiled_synonym_arrays(
+    phrases: Sequence[str],
+    embeddings: np.ndarray,
+    threshold: float = 0.8,
+    top_k: int = 2047,
+    max_neighbours: int = 101,
+    block_size: int = 1024,
+    progress: bool = False,
+) -> SynonymPairs:
+    """`synonym_arrays` over every phrase as query, each pair computed once (module docstring)."""
+    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+    n = emb.shape[0]
+    is_query = query_mask(phrases)
+    skip = np.array([p == "" for p in phrases], dtype=np.bool_)
+    L = list_length(top_k, n, max_neighbours, int(skip.sum()))
+    count = np.zeros(n, dtype=np.int64)
+    nbr = np.zeros((n, L), dtype=np.int64)
+    score = np.zeros((n, L), dtype=np.float32)
+    select = np.float32(threshold - SELECT_MARGIN)
+    thr = np.float32(threshold)
+    T = max(1, int(block_size))
+    C = max(T, TILE_COLUMNS)
+    tile = np.empty(T * C, dtype=np.float32)
+    counts = np.empty(T, dtype=np.int64)
+    slot_j = np.empty((T, SLOTS), dtype=np.int64)
+    starts = range(0, n, T)
+    if progress:
+        from tqdm import tqdm
+
+        starts = tqdm(starts, desc="synonym KNN", unit="block")
+    for i0 in starts:
+        i1 = min(i0 + T, n)
+        m = i1 - i0
+        for j0 in range(i0, n, C):
+            j1 = min(j0 + C, n)
+            S = tile[: m * (j1 - j0)].reshape(m, j1 - j0)
+            np.matmul(emb[i0:i1], emb[j0:j1].T, out=S)
+            scan_tile(S, i0, j0, select, counts[:m], slot_j[:m])
+            total = int(counts[:m].sum())
+            if total == 0:
+                continue
+            hit_i = np.empty(total, dtype=np.int64)
+            hit_j = np.empty(total, dtype=np.int64)
+            fill_tile(S, i0, j0, select, counts[:m], slot_j[:m], hit_i, hit_j)
+            canon = pair_scores(emb, hit_i, hit_j)
+            keep = canon >= thr
+            offer_hits(hit_i[keep], hit_j[keep], canon[keep], is_query, count, nbr, score)
+    cap = int(np.minimum(count, max_neighbours).sum())
+    out_q = np.empty(cap, dtype=np.int64)
+    out_c = np.empty(cap, dtype=np.int64)
+    out_s = np.empty(cap, dtype=np.float32)
+    k = walk_lists(count, nbr, score, skip, max_neighbours, out_q, out_c, out_s)
+    return SynonymPairs(out_q[:k], out_c[:k], out_s[:k])
+
+
 def synonym_arrays(
     phrases: Sequence[str],
     embeddings: np.ndarray,
@@ -121,7 +209,9 @@ def synonym_arrays(
     n = len(phrases)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty.copy(), np.zeros(0, dtype=np.float32)
+        return SynonymPairs(empty, empty.copy(), np.zeros(0, dtype=np.float32))
+    if query_rows is None:
+        return tiled_synonym_arrays(phrases, embeddings, threshold, top_k, max_neighbours, block_size, progress)
     is_query = query_mask(phrases)
     if query_rows is not None:
         chosen = np.zeros(n, dtype=bool)
@@ -129,7 +219,7 @@ def synonym_arrays(
         is_query &= chosen
     empty_phrase = np.array([p == "" for p in phrases], dtype=bool)
     q, c, s = knn_candidates(embeddings, np.nonzero(is_query)[0], threshold, block_size=block_size, progress=progress)
-    return cap_per_query(q, c, s, empty_phrase, min(top_k, n), max_neighbours)
+    return SynonymPairs(*cap_per_query(q, c, s, empty_phrase, min(top_k, n), max_neighbours))
 
 
 def synonym_pairs(
@@ -151,5 +241,4 @@ def synonym_pairs(
     skipped. Every query is processed, so a mutual pair yields two entries.
     Ties between equal scores are broken by the lower neighbour index.
     """
-    q, c, s = synonym_arrays(phrases, embeddings, threshold, top_k, max_neighbours, block_size, progress, query_rows)
-    return list(zip(q.tolist(), c.tolist(), s.astype(np.float64).tolist()))
+    return synonym_arrays(phrases, embeddings, threshold, top_k, max_neighbours, block_size, progress, query_rows).as_tuples()

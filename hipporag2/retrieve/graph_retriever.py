@@ -4,7 +4,15 @@ Per query: link the query to phrase nodes (query-to-triple + recognition memory 
 default), seed phrases and passages, run Personalized PageRank, rank passages by
 their PPR probability. Queries are processed in blocks so the PPR solver can solve
 many reset vectors at once; `damping` and `passage_node_weight` enter only in
-`_resets` and the solver call, so a sweep re-runs only this module.
+the resets and the solver call, so a sweep re-runs only this module.
+
+What a query costs besides its PPR is kept small (issue 15): the candidate facts
+come from one pass over the raw fact scores (`min_max_top_k`, the same candidates,
+scores and ties as normalising and sorting all of them), passages are ranked by
+partial selection, and the resets and PPR answers of a block are made in pieces of
+the solver's width in two reused arrays, so no q x nodes temporary is built; with
+the batched solver no igraph graph is built either, and its preparation is loaded
+from the index folder (`ppr_store`).
 """
 from __future__ import annotations
 
@@ -21,12 +29,11 @@ from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
-from hipporag2.retrieve.ppr import OutputBuffer, make_solver
-from hipporag2.retrieve.scoring import min_max_rows, rank_desc
+from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
+from hipporag2.retrieve.scoring import min_max_rows, min_max_top_k, rank_desc
 from hipporag2.retrieve.seeds import (
     passage_seed_vector,
     phrase_weights_from_facts,
-    reset_vector,
     uniform_phrase_seeds,
 )
 
@@ -62,20 +69,25 @@ class GraphRetriever:
         self.with_passage_nodes = cfg.passage_nodes and cfg.method != "hipporag1"
         if cfg.linking == "ner_to_node" and query_ner is None:
             raise ValueError("retrieval.linking=ner_to_node needs query NER from an LLM (set llm=...)")
-        if self.with_passage_nodes:
-            graph = index.graph()
-        else:
-            # Without passage nodes: no context edges; passages score by their phrases' PPR mass.
-            graph = to_igraph(drop_edge_kind(index.edges, CONTEXT))
-        self.solver = make_solver(cfg.ppr_solver, graph)
-        self._ppr_out = OutputBuffer()  # PPR answers of one query block, reused by the next
+        edges = index.edges if self.with_passage_nodes else drop_edge_kind(index.edges, CONTEXT)
+        # Without passage nodes: no context edges; passages score by their phrases' PPR mass.
+        graph = index.graph if self.with_passage_nodes else (lambda: to_igraph(edges))
+        cache = None if index.path is None else index.path / "ppr"
+        self.solver = make_index_solver(cfg.ppr_solver, edges, graph, cache)
+        self._ppr_out = OutputBuffer()  # PPR answers of one piece of a block, reused by the next
+        self._resets = OutputBuffer()  # and its reset vectors
         self.passages_per_phrase = [len(p) for p in index.phrase_passages]
-        rows = [i for i, ps in enumerate(index.phrase_passages) for _ in ps]
-        cols = [p for ps in index.phrase_passages for p in ps]
-        # passage x phrase membership, for scoring passages without passage nodes.
-        self.passage_phrase = sp.csr_matrix(
-            (np.ones(len(rows)), (cols, rows)), shape=(index.n_passages, index.n_phrases)
-        )
+        self._passage_phrase = None
+
+    @property
+    def passage_phrase(self) -> sp.csr_matrix:
+        """passage x phrase membership, for scoring passages without passage nodes."""
+        if self._passage_phrase is None:
+            idx = self.index
+            rows = [i for i, ps in enumerate(idx.phrase_passages) for _ in ps]
+            cols = [p for ps in idx.phrase_passages for p in ps]
+            self._passage_phrase = sp.csr_matrix((np.ones(len(rows)), (cols, rows)), shape=(idx.n_passages, idx.n_phrases))
+        return self._passage_phrase
 
     # ---- linking -------------------------------------------------------------------
     def _link_facts(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
@@ -83,12 +95,15 @@ class GraphRetriever:
         if len(idx.facts) == 0:
             return [([], {"candidate_facts": [], "kept_facts": []}) for _ in questions]
         q = self.store.embed(list(questions), instruction=ins.QUERY_TO_FACT, desc="embed queries (fact)", progress=self.progress)
-        scores = min_max_rows(q @ np.asarray(idx.fact_emb).T)
-        cand_idx = [rank_desc(row, cfg.linking_top_k).tolist() for row in scores]
+        # the raw scores as one BLAS call for the whole block, as before (a dot product's
+        # rounding depends on the call's shape); normalised only at the candidates
+        top, top_scores = min_max_top_k(q @ np.asarray(idx.fact_emb).T, cfg.linking_top_k)
+        cand_idx = top.tolist()
         candidates = [[idx.facts[i] for i in c] for c in cand_idx]
         kept_positions = self.fact_filter.select(list(questions), candidates)
         out = []
-        for row, cands, kept in zip(scores, cand_idx, kept_positions):
+        for cands, cand_scores, kept in zip(cand_idx, top_scores, kept_positions):
+            row = dict(zip(cands, cand_scores))  # float32 scores, as the seeds divide them
             kept_ids = [cands[k] for k in kept][: cfg.linking_top_k]
             kept_facts = [idx.facts[i] for i in kept_ids]
             kept_scores = [row[i] for i in kept_ids]
@@ -161,37 +176,56 @@ class GraphRetriever:
         return dense, self._link(questions)
 
     def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
-        cfg, idx = self.cfg, self.index
+        cfg = self.cfg
         results: List[RetrievalResult] = []
-        starts = range(0, len(queries), cfg.query_batch_size)
-        for start in starts:
+        for start in range(0, len(queries), cfg.query_batch_size):
             block = queries[start : start + cfg.query_batch_size]
             dense, links = self.link_and_dense(block)
-            resets, graph_rows = [], []
-            for r, (seeds, details) in enumerate(links):
-                pseeds = (
-                    passage_seed_vector(dense[r], cfg.passage_node_weight, cfg.passage_seed_top_k)
-                    if self.with_passage_nodes
-                    else np.zeros(idx.n_passages)  # passage vertices stay, unseeded and unlinked
-                )
-                reset = reset_vector(idx.n_phrases, seeds, pseeds)
-                if not seeds or not np.any(reset > 0):
-                    continue  # nothing to seed: dense fallback (SPEC §3.4)
-                resets.append(reset)
-                graph_rows.append(r)
-            if resets:
-                R = np.array(resets)
-                ppr = self.solver.solve(R, cfg.damping, out=self._ppr_out.view(R.shape))
-            else:
-                ppr = np.zeros((0, 0))
-            ppr_of = {r: ppr[i] for i, r in enumerate(graph_rows)}
+            ranked = self._graph_results(block, dense, links)
             for r, q in enumerate(block):
-                scores = None
-                if r in ppr_of:
-                    vec = ppr_of[r]
-                    scores = vec[idx.n_phrases :] if self.with_passage_nodes else self.passage_phrase @ vec[: idx.n_phrases]
-                results.append(query_result(q.id, links[r], idx, scores, dense[r], cfg.retrieval_top_k))
+                res = ranked.get(r)
+                results.append(res if res is not None else query_result(q.id, links[r], self.index, None, dense[r], cfg.retrieval_top_k))
         return results
+
+    def _graph_results(self, block: Sequence[Query], dense: np.ndarray, links) -> Dict[int, RetrievalResult]:
+        """Results by PPR for the rows of a block that seed the graph (the others fall
+        back to dense, SPEC §3.4). Resets are written piece by piece (as many queries as
+        the solver runs at once) into one reused array, and each answer is ranked as
+        soon as it is there, so memory is a piece, not the block."""
+        cfg, idx = self.cfg, self.index
+        n_phr, n = idx.n_phrases, idx.n_phrases + idx.n_passages
+        rows, pseeds = [], {}
+        for r, (seeds, _) in enumerate(links):
+            if not seeds:
+                continue
+            if self.with_passage_nodes:
+                ps = passage_seed_vector(dense[r], cfg.passage_node_weight, cfg.passage_seed_top_k)
+            else:
+                ps = None  # passage vertices stay, unseeded and unlinked
+            # reset > 0 somewhere (NaN and negative weights do not count), as reset_vector would give
+            if any(w > 0 for _, w in seeds) or (ps is not None and bool(np.any(ps > 0))):
+                rows.append(r)
+                pseeds[r] = ps
+        piece = max(1, getattr(self.solver, "block_size", 32) * getattr(self.solver, "n_threads", 1))
+        out: Dict[int, RetrievalResult] = {}
+        for s in range(0, len(rows), piece):
+            part = rows[s : s + piece]
+            R = self._resets.view((len(part), n))
+            R.fill(0.0)
+            for i, r in enumerate(part):
+                for j, w in links[r][0]:
+                    R[i, j] = w
+                if pseeds[r] is not None:
+                    R[i, n_phr:] = pseeds[r]
+            # only the nodes that are scored: the passages, or the phrases whose mass they sum
+            cols = slice(n_phr, n) if self.with_passage_nodes else slice(0, n_phr)
+            width = cols.stop - cols.start
+            ppr = self.solver.solve(R, cfg.damping, out=self._ppr_out.view((len(part), width)), columns=cols)
+            for i, r in enumerate(part):
+                vec = ppr[i]
+                scores = vec if self.with_passage_nodes else self.passage_phrase @ vec
+                out[r] = query_result(block[r].id, links[r], idx, scores, dense[r], cfg.retrieval_top_k)
+        return out
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,

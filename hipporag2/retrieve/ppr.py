@@ -71,6 +71,7 @@ import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 import igraph as ig
@@ -117,6 +118,16 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndar
     return out
 
 
+def column_range(columns: slice | None, n: int) -> tuple[int, int]:
+    """(start, stop) of the nodes a solve returns; a slice with step 1 within [0, n]."""
+    if columns is None:
+        return 0, n
+    start, stop, step = columns.indices(n)
+    if step != 1:
+        raise ValueError("columns must be a slice with step 1")
+    return start, max(start, stop)
+
+
 class OutputBuffer:
     """One float64 allocation handed out again and again as the `out` of solver calls.
 
@@ -136,9 +147,11 @@ class OutputBuffer:
 
 
 class PPRSolver(Protocol):
-    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None) -> np.ndarray:
-        """resets: (q, n) reset vectors (not necessarily normalised); returns (q, n),
-        written into `out` when it is given (see `output_array`)."""
+    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
+              columns: slice | None = None) -> np.ndarray:
+        """resets: (q, n) reset vectors (not necessarily normalised); returns (q, n), or
+        only the nodes `columns` (a slice with step 1: e.g. the passages, all a ranking
+        needs), written into `out` when it is given (see `output_array`)."""
 
 
 class PrpackSolver:
@@ -148,10 +161,12 @@ class PrpackSolver:
         self.graph = graph
         self._weights = "weight" if "weight" in graph.es.attributes() else None
 
-    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None) -> np.ndarray:
+    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
+              columns: slice | None = None) -> np.ndarray:
         resets = np.atleast_2d(resets)
-        out = output_array(out, resets.shape, resets)
         n = self.graph.vcount()
+        j0, j1 = column_range(columns, n)
+        out = output_array(out, (resets.shape[0], j1 - j0), resets)
         for i, reset in enumerate(resets):
             out[i] = self.graph.personalized_pagerank(
                 vertices=range(n),
@@ -162,22 +177,103 @@ class PrpackSolver:
                 # igraph's conversion of it is part of what one call costs
                 reset=clean_reset(reset),
                 implementation="prpack",
-            )
+            )[j0:j1]
         return out
 
 
 def _edge_arrays(graph: ig.Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     m = graph.ecount()
     edges = np.array(graph.get_edgelist(), dtype=np.int64).reshape(m, 2)
-    if "weight" in graph.es.attributes():
-        w = np.array(graph.es["weight"], dtype=np.float64)
-        if np.isnan(w).any():
-            # prpack would return all-NaN scores; nothing to reproduce there
-            raise ValueError("edge weights contain NaN; personalized PageRank is undefined")
-    else:
-        w = np.ones(m)
+    w = np.array(graph.es["weight"], dtype=np.float64) if "weight" in graph.es.attributes() else np.ones(m)
+    return edges[:, 0], edges[:, 1], w
+
+
+# rows of one column panel of S: its gathered rows of a block fill about this many bytes
+PANEL_BYTES = 4 << 20
+# the block arrays of all threads together stay within this (`block_size_for`)
+WORKSPACE_BYTES = 256 << 20
+
+
+def block_size_for(n_active: int, n_threads: int, budget: int = WORKSPACE_BYTES) -> int:
+    """Queries per block: 32, where a product costs least per column on the MuSiQue-sized
+    graph (0.68 ms vs 0.86 at 16 and 0.77 at 64, results/perf), unless the four block
+    arrays per thread (4 x 8 bytes x nodes x block) would pass `budget`; then 16, then 8."""
+    for block in (32, 16):
+        if 32 * n_active * block * max(1, n_threads) <= budget:
+            return block
+    return 8
+
+
+@dataclass
+class PreparedGraph:
+    """What `BatchedSolver` derives from a graph once: the symmetric operator S in the
+    solver's degree order and in column panels, each component's top eigenvector, and
+    (once found) the interval holding the rest of S's spectrum. Saved with an index
+    (`graph/prepared.py`) so that reopening it costs a load of these arrays."""
+
+    n: int
+    block_size: int
+    pos: np.ndarray  # (n,) node -> its row in the degree-ordered block; nodes without edges last
+    n_active: int
+    sqrt_deg: np.ndarray  # (n_active,)
+    S: sp.csr_matrix  # (n_active, n_active), D^-1/2 W D^-1/2 in the degree order
+    panels: Panels
+    comp_of: np.ndarray  # (n_active,) component of each row
+    comp_val: np.ndarray  # (n_active,) that component's unit eigenvector there
+    n_comp: int
+    interval: tuple[float, float] | None = None
+
+    @property
+    def dangling(self) -> np.ndarray:
+        """Nodes without edges (y = u there), in the graph's numbering."""
+        return np.flatnonzero(self.pos >= self.n_active)
+
+    @property
+    def active(self) -> np.ndarray:
+        """The nodes with edges, in the block's (degree) order."""
+        order = np.empty(self.n, dtype=np.int64)
+        order[self.pos] = np.arange(self.n)
+        return order[: self.n_active]
+
+    def components(self) -> sp.csr_matrix:
+        """One unit column per connected component (see `component_vectors`)."""
+        return sp.csr_matrix((self.comp_val, self.comp_of, np.arange(self.n_active + 1)), shape=(self.n_active, self.n_comp))
+
+
+def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, block_size: int = 32,
+                  with_interval: bool = False) -> PreparedGraph:
+    """The solver's view of an undirected weighted multigraph given as edge arrays
+    (no igraph graph needed): the edges prpack keeps, S, its panels, the components.
+    `with_interval` also finds the spectral interval (Lanczos; otherwise on first need)."""
+    w = np.asarray(weight, dtype=np.float64)
+    if np.isnan(w).any():
+        # prpack would return all-NaN scores; nothing to reproduce there
+        raise ValueError("edge weights contain NaN; personalized PageRank is undefined")
     keep = w > 0  # prpack drops edges of weight <= 0 in undirected graphs
-    return edges[keep, 0], edges[keep, 1], w[keep]
+    src, dst, w = np.asarray(src)[keep], np.asarray(dst)[keep], w[keep]
+    W = sp.coo_matrix(
+        (np.concatenate([w, w]), (np.concatenate([src, dst]), np.concatenate([dst, src]))), shape=(n, n)
+    ).tocsr()  # sums parallel edges; a self-loop lands twice on the diagonal, as in prpack
+    deg = np.asarray(W.sum(axis=1)).ravel()
+    # hubs first, dangling (deg 0) last so the block leaves them out
+    order = np.argsort(-deg, kind="stable")
+    n_active = int(np.count_nonzero(deg > 0))
+    active = order[:n_active]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    sqrt_deg = np.sqrt(deg[active])
+    inv = sp.diags(1.0 / sqrt_deg)
+    S = sp.csr_matrix(inv @ W[active][:, active] @ inv)
+    del W
+    S.sum_duplicates()
+    S.sort_indices()
+    block = max(1, int(block_size))
+    panels = Panels.build(S, max(1024, PANEL_BYTES // (8 * block)))
+    V = component_vectors(S, sqrt_deg)
+    prep = PreparedGraph(n, block, pos, n_active, sqrt_deg, S, panels, V.indices.astype(np.int64), V.data, V.shape[1])
+    if with_interval and n_active:
+        prep.interval = spectral_interval(S, V)
+    return prep
 
 
 class _Operator:
@@ -187,12 +283,9 @@ class _Operator:
     (see `ppr_kernels`); the loops themselves are compiled and release the GIL.
     """
 
-    PANEL_BYTES = 4 << 20
-
-    def __init__(self, S: sp.csr_matrix, block_size: int):
+    def __init__(self, S: sp.csr_matrix, panels: Panels):
         self.S = S
-        rows = max(1024, self.PANEL_BYTES // (8 * max(1, block_size)))
-        self.panels = Panels.build(S, rows)
+        self.panels = panels
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
         """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
@@ -329,35 +422,53 @@ class BatchedSolver:
         max_iter: int = 10_000,
     ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
-        self.n = n = graph.vcount()
+        src, dst, w = _edge_arrays(graph)
+        self._setup(prepare_graph(graph.vcount(), src, dst, w, block_size), block_size, tol, n_threads, max_iter)
+
+    @classmethod
+    def from_prepared(cls, prepared: "PreparedGraph", tol: float = 1e-11, n_threads: int | None = None,
+                      max_iter: int = 10_000) -> "BatchedSolver":
+        """A solver over a graph prepared before (`prepare_graph`, perhaps loaded from disk:
+        `graph.prepared`), so opening an index costs a load, not the preparation."""
+        self = cls.__new__(cls)
+        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter)
+        return self
+
+    @classmethod
+    def from_edges(cls, edges, cache_dir=None, block_size: int | None = None, **kw) -> "BatchedSolver":
+        """A solver over an index's edges (`graph.build.GraphEdges`), no igraph graph built;
+        the preparation is loaded from `cache_dir` when saved there before, and saved
+        there otherwise (`ppr_store`). block_size None: `block_size_for` the graph."""
+        from hipporag2.retrieve.ppr_store import prepared_graph
+
+        if block_size is None:
+            n_threads = kw.get("n_threads") or min(2, os.cpu_count() or 1)
+            pos_w = edges.weight > 0
+            n = edges.n_vertices
+            ends = np.bincount(edges.source[pos_w], minlength=n) + np.bincount(edges.target[pos_w], minlength=n)
+            block_size = block_size_for(int(np.count_nonzero(ends)), n_threads)
+
+        prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
+        return cls.from_prepared(prep, **kw)
+
+    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter) -> None:
+        self.prepared = prep
+        self.n = prep.n
         self.block_size = max(1, int(block_size))
         self.tol = float(tol)
         self.max_iter = int(max_iter)
         self.n_threads = max(1, n_threads if n_threads is not None else min(2, os.cpu_count() or 1))
-
-        src, dst, w = _edge_arrays(graph)
-        W = sp.coo_matrix(
-            (np.concatenate([w, w]), (np.concatenate([src, dst]), np.concatenate([dst, src]))), shape=(n, n)
-        ).tocsr()  # sums parallel edges; a self-loop lands twice on the diagonal, as in prpack
-        deg = np.asarray(W.sum(axis=1)).ravel()
-        # hubs first, dangling (deg 0) last so the CG vectors can leave them out
-        self.order = np.argsort(-deg, kind="stable")
-        self.n_active = int(np.count_nonzero(deg > 0))
-        self.active = self.order[: self.n_active]
-        self.pos = np.empty(n, dtype=np.int64)  # node -> its row in the degree-ordered block
-        self.pos[self.order] = np.arange(n)
-        self.dangling = self.order[self.n_active :]
-        self.sqrt_deg = np.sqrt(deg[self.active])
-        inv = sp.diags(1.0 / self.sqrt_deg)
-        S = sp.csr_matrix(inv @ W[self.active][:, self.active] @ inv)
-        S.sum_duplicates()
-        S.sort_indices()
-        self.op = _Operator(S, self.block_size)
-        self.components = component_vectors(S, self.sqrt_deg)
+        self.n_active = prep.n_active
+        self.pos = prep.pos  # node -> its row in the degree-ordered block
+        self.dangling = prep.dangling
+        self.active = prep.active
+        self.sqrt_deg = prep.sqrt_deg
+        self.op = _Operator(prep.S, prep.panels)
+        self.components = prep.components()
         # V @ beta as a gather (V has one nonzero per row): far cheaper than sparse @ dense
-        self._comp_of = self.components.indices
-        self._comp_val = self.components.data
-        self._interval: tuple[float, float] | None = None  # S's spectrum without its 1s, on first need
+        self._comp_of = prep.comp_of
+        self._comp_val = prep.comp_val
+        self._interval = prep.interval  # S's spectrum without its 1s; None: found on first need
         self._spare: list[_Workspace] = []  # full-size block workspaces, one per thread at most
         self._spare_lock = threading.Lock()
 
@@ -387,17 +498,19 @@ class BatchedSolver:
         return d
 
     # ---- solve ---------------------------------------------------------------------
-    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None) -> np.ndarray:
+    def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
+              columns: slice | None = None) -> np.ndarray:
         d = self._check_damping(damping)
         R, sums = self._checked(resets)
-        out = output_array(out, R.shape, R)
+        j0, j1 = column_range(columns, self.n)
+        out = output_array(out, (R.shape[0], j1 - j0), R)
         bad = np.flatnonzero(sums <= 0)
         if len(bad):
             raise ValueError(
                 f"reset vector(s) {bad[:10].tolist()} sum to zero after NaN/negative entries became 0; "
                 "personalized PageRank is undefined there (igraph raises too)"
             )
-        self._run(R, sums, [d], True, out[None])
+        self._run(R, sums, [d], True, out[None], j0)
         return out
 
     def solve_unnormalised(self, resets: np.ndarray, dampings, out: np.ndarray | None = None) -> np.ndarray:
@@ -414,8 +527,10 @@ class BatchedSolver:
         out = output_array(out, (len(ds), *R.shape), R)
         return self._run(R, sums, ds, False, out)
 
-    def _run(self, R: np.ndarray, sums: np.ndarray, ds: list[float], normalise: bool, out: np.ndarray) -> np.ndarray:
-        """Solutions for the raw rows of R into out (len(ds), q, n), normalised to sum 1 or scaled by `sums`."""
+    def _run(self, R: np.ndarray, sums: np.ndarray, ds: list[float], normalise: bool, out: np.ndarray,
+             j0: int = 0) -> np.ndarray:
+        """Solutions for the raw rows of R into out (len(ds), q, columns from j0 on),
+        normalised to sum 1 or scaled by `sums`."""
         q = R.shape[0]
         scale = np.where(sums > 0, sums, 1.0)  # a zero row stays zero
         if q and len({d for d in ds if d > 0.0}) == 1 and self.n_active:
@@ -424,23 +539,23 @@ class BatchedSolver:
         if self.n_threads > 1 and q > self.block_size:
             # the compiled loops, scipy's sparse kernels and numpy's large array ops release the GIL
             with ThreadPoolExecutor(self.n_threads) as ex:
-                list(ex.map(lambda s: self._solve_block(R, out, s, ds, scale, normalise), starts))
+                list(ex.map(lambda s: self._solve_block(R, out, s, ds, scale, normalise, j0), starts))
         else:
             for s in starts:
-                self._solve_block(R, out, s, ds, scale, normalise)
+                self._solve_block(R, out, s, ds, scale, normalise, j0)
         return out
 
-    def _solve_block(self, R, out, start, ds, scale, normalise) -> None:
+    def _solve_block(self, R, out, start, ds, scale, normalise, j0) -> None:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
         with self._spare_lock:
             ws = self._spare.pop() if self._spare else _Workspace(self.n_active, self.block_size)
         try:
-            self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise)
+            self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise, j0)
         finally:
             with self._spare_lock:
                 self._spare.append(ws)
 
-    def _solve_into(self, ws, R, out, rows, ds, scale, normalise) -> None:
+    def _solve_into(self, ws, R, out, rows, ds, scale, normalise, j0) -> None:
         R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
         scale = scale[rows]
         ones = np.ones(len(scale))
@@ -458,13 +573,13 @@ class BatchedSolver:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
-                np.divide(clean_reset(R), scale[:, None], out=out[k, rows])
+                np.divide(clean_reset(R[:, j0 : j0 + out.shape[2]]), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]
             elif normalise:  # divided by the exact total mass, not by the sum of the answer
-                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows])
+                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows], j0)
             else:
-                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows])
+                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows], j0)
 
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
@@ -476,6 +591,7 @@ class BatchedSolver:
         """Where S's eigenvalues lie once each component's eigenvalue 1 is taken out."""
         if self._interval is None:
             self._interval = spectral_interval(self.op.S, self.components)
+            self.prepared.interval = self._interval
         return self._interval
 
     def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray) -> np.ndarray:
@@ -686,3 +802,15 @@ def make_solver(name: str, graph: ig.Graph) -> PPRSolver:
     from hipporag2.registry import PPR_SOLVERS
 
     return PPR_SOLVERS.load(name)(graph)
+
+
+def make_index_solver(name: str, edges, igraph_graph, cache_dir=None) -> PPRSolver:
+    """The solver `name` for an index's graph: from its edge arrays when the solver can
+    start from them (`from_edges`: no igraph graph, preparation cached in `cache_dir`),
+    else from the igraph graph `igraph_graph()` returns (built only then)."""
+    from hipporag2.registry import PPR_SOLVERS
+
+    cls = PPR_SOLVERS.load(name)
+    if hasattr(cls, "from_edges"):
+        return cls.from_edges(edges, cache_dir)
+    return cls(igraph_graph())

@@ -222,9 +222,10 @@ def _answer(z, R, pos, scale, sqrt_deg, j, k):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def scatter_answers(z, R, pos, scale, sqrt_deg, divisor, factor, out):
-    """out[k, j] = `_answer`(j, k) / divisor[k] * factor[k]: back to query-major graph order."""
-    m, n = R.shape
-    for j in range(n):
+def scatter_answers(z, R, pos, scale, sqrt_deg, divisor, factor, out, j0):
+    """out[k, j] = `_answer`(j0 + j, k) / divisor[k] * factor[k]: back to query-major graph
+    order, for the nodes j0 .. j0 + out.shape[1] (all of them, or e.g. only the passages)."""
+    m = R.shape[0]
+    for j in range(out.shape[1]):
         for k in range(m):
-            out[k, j] = _answer(z, R, pos, scale, sqrt_deg, j, k) / divisor[k] * factor[k]
+            out[k, j] = _answer(z, R, pos, scale, sqrt_deg, j0 + j, k) / divisor[k] * factor[k]
