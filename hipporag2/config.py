@@ -97,7 +97,14 @@ class RetrievalConfig:
     linking: str = "query_to_triple"
     # Recognition memory: registry.FILTERS
     filter: str = "none"
-    filter_program: Optional[str] = None
+    # The filter's saved DSPy program: reference (the authors' tuned program, read from
+    # the installed `hipporag` wheel) | own (ours, for the CPU demo) | a program file.
+    filter_program: Optional[str] = "reference"
+    # How replies are read: reference (the reference's parser and candidate mapping) |
+    # lenient (repairs fences, inline headers, bare lists, truncated JSON).
+    filter_parse: str = "reference"
+    # Completion-token limit of a filter call (the reference's: 512); None = llm.max_new_tokens.
+    filter_max_new_tokens: Optional[int] = 512
     damping: float = 0.5
     passage_node_weight: float = 0.05
     linking_top_k: int = 5
@@ -124,6 +131,9 @@ class QAConfig:
     # {"answer": "..."}, decoded under that JSON schema when llm.constrained_decoding
     # is on (small models rarely write the marker unconstrained).
     answer_format: str = "marker"
+    # Which `Answer:` marker counts: reference (the text between the first marker and the
+    # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
+    answer_marker: str = "reference"
     # Questions per LLM call. Each call's answers enter the response cache when it
     # returns, so a QA stage killed part-way asks only the unfinished chunks again
     # (the vLLM backend answers a call as one batch).
@@ -167,6 +177,15 @@ def validate(cfg: Config) -> Config:
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
         if _get(cfg, key) < 1:
             problems.append(f"{key}={_get(cfg, key)} must be >= 1")
+    if r.filter_max_new_tokens is not None and r.filter_max_new_tokens < 1:
+        problems.append(f"retrieval.filter_max_new_tokens={r.filter_max_new_tokens} must be >= 1 (or null)")
+    if (r.filter == "llm" and r.filter_parse == "reference" and cfg.llm.constrained_decoding
+            and r.linking == "query_to_triple" and r.method in ("hipporag2", "hipporag1")):
+        problems.append(
+            "llm.constrained_decoding=true makes the filter reply bare JSON without the "
+            "[[ ## fact_after_filter ## ]] header, which retrieval.filter_parse=reference (the reference's "
+            "parser) never reads: every question would fall back to dense retrieval; set retrieval.filter_parse=lenient"
+        )
     g = cfg.graph
     if not -1.0 <= g.synonymy_edge_sim_threshold <= 1.0:
         problems.append(f"graph.synonymy_edge_sim_threshold={g.synonymy_edge_sim_threshold} must be a cosine in [-1, 1]")

@@ -144,8 +144,11 @@ def input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
     if cfg.openie.import_path:
         files[str(cfg.openie.import_path)] = file_digest(cfg.openie.import_path)
     r = cfg.retrieval
-    if r.filter == "llm" and r.filter_program and Path(r.filter_program).is_file():
-        files[str(r.filter_program)] = file_digest(r.filter_program)
+    from hipporag2.retrieve.filter_program import program_file
+
+    prog = program_file(r.filter_program)
+    if r.filter == "llm" and prog is not None and prog.is_file():
+        files[str(prog)] = file_digest(prog)
     return files
 
 
@@ -436,6 +439,9 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
         stats = getattr(part, "stats", None)
         if stats:
             out[key] = dict(stats)
+    info = getattr(getattr(retriever, "fact_filter", None), "program_info", None)
+    if info:
+        out["filter_program"] = dict(info)  # which program (name, source, sha256) ran
     return out
 
 

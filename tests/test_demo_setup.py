@@ -41,6 +41,8 @@ def test_smollm2_preset_carries_the_demo_settings(tmp_path):
     assert cfg.llm.max_new_tokens == 64
     assert (cfg.openie.ner_max_new_tokens, cfg.openie.triples_max_new_tokens) == (48, 128)
     assert cfg.qa.answer_format == "json" and cfg.qa.enabled
+    r = cfg.retrieval  # the filter a 135M model can follow, read leniently (constrained replies are bare JSON)
+    assert (r.filter_program, r.filter_parse, r.filter_max_new_tokens) == ("own", "lenient", 64)
     plain = compose([f"run_dir={tmp_path}"])
     assert plain.qa.answer_format == "marker" and plain.openie.ner_max_new_tokens is None
 
