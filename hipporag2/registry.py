@@ -158,7 +158,8 @@ LLM_BACKENDS.register("transformers", "hipporag2.llm.transformers_backend:Transf
                       "local Hugging Face / GGUF model through transformers (CPU or GPU)")
 LLM_BACKENDS.register("openai", "hipporag2.llm.openai_backend:OpenAILLM",
                       "any OpenAI-compatible chat-completions server (OpenAI, vLLM serve, llama.cpp)")
-LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend", "vLLM offline engine (tensor parallel)")
+LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend",
+                      "vLLM offline engine (tensor parallel; CPU build: make setup-vllm)")
 
 RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
 # Targets are builders taking `hipporag2.retrieve.factory.RetrieverParts`.
