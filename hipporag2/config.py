@@ -136,6 +136,10 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # marker: the reply ends with "Answer: ..." (the paper's reader); json: the reply is
+    # {"answer": "..."}, decoded under that JSON schema when llm.constrained_decoding
+    # is on (small models rarely write the marker unconstrained).
+    answer_format: str = "marker"
     # Which `Answer:` marker counts: reference (the text between the first marker and the
     # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
     answer_marker: str = "reference"
