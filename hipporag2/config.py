@@ -38,6 +38,9 @@ class DatasetConfig:
     # `possible_answers`): false keeps the string as one answer, as the reference reads
     # it (it never matches, though its words count for F1); true decodes the list.
     decode_json_answers: bool = False
+    # A passage with an empty text: skipped with a warning and counted (false), or an
+    # error naming the record (true).
+    strict: bool = False
 
 
 @dataclass
@@ -66,6 +69,9 @@ class OpenIEConfig:
     output_path: Optional[str] = None
     # Fail when a corpus passage has no extraction in the imported file.
     require_complete: bool = False
+    # Least share of corpus passages an imported file must cover (hipporag2/gates.py);
+    # checked before embedding. 0 accepts any file.
+    min_coverage: float = 0.99
     # Fresh extraction only: output limits of the NER and the triple step (None: llm.max_new_tokens),
     # and passages per checkpoint (None: 64).
     ner_max_new_tokens: Optional[int] = None
@@ -123,6 +129,9 @@ class RetrievalConfig:
     ppr_solver: str = "prpack"
     # How many queries to solve at once with a batched solver.
     query_batch_size: int = 256
+    # Graph methods: the largest share of queries that may fall back to the dense
+    # ranking (no fact survived the filter) before the run stops; 1 accepts all.
+    max_fallback_rate: float = 0.5
 
 
 @dataclass
@@ -131,6 +140,10 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # marker: the reply ends with "Answer: ..." (the paper's reader); json: the reply is
+    # {"answer": "..."}, decoded under that JSON schema when llm.constrained_decoding
+    # is on (small models rarely write the marker unconstrained).
+    answer_format: str = "marker"
     # Which `Answer:` marker counts: reference (the text between the first marker and the
     # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
     answer_marker: str = "reference"
@@ -156,6 +169,9 @@ class Config:
     recall_k: List[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 50, 100, 200])
     progress: bool = True
     seed: int = 0
+    # Longest stretch of OpenIE or embedding work (seconds) that an interrupt can lose:
+    # those stages checkpoint at least this often (and every few thousand rows).
+    checkpoint_s: float = 30.0
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -172,6 +188,10 @@ def validate(cfg: Config) -> Config:
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
+    if not 0.0 <= r.max_fallback_rate <= 1.0:
+        problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if not 0.0 <= cfg.openie.min_coverage <= 1.0:
+        problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:
         problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
@@ -195,10 +215,13 @@ def validate(cfg: Config) -> Config:
         problems.append(f"recall_k={cfg.recall_k} must hold positive integers")
     if cfg.qa.qa_top_k < 1:
         problems.append(f"qa.qa_top_k={cfg.qa.qa_top_k} must be >= 1")
+    if cfg.checkpoint_s < 0:
+        problems.append(f"checkpoint_s={cfg.checkpoint_s} must be >= 0")
     if cfg.qa.chunk_size < 1:
         problems.append(f"qa.chunk_size={cfg.qa.chunk_size} must be >= 1")
     if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        # One line: the CLI prints it as its whole answer (exit 2).
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
     return cfg
 
 

@@ -158,7 +158,8 @@ LLM_BACKENDS.register("transformers", "hipporag2.llm.transformers_backend:Transf
                       "local Hugging Face / GGUF model through transformers (CPU or GPU)")
 LLM_BACKENDS.register("openai", "hipporag2.llm.openai_backend:OpenAILLM",
                       "any OpenAI-compatible chat-completions server (OpenAI, vLLM serve, llama.cpp)")
-LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend", "vLLM offline engine (tensor parallel)")
+LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend",
+                      "vLLM offline engine (tensor parallel; CPU build: make setup-vllm)")
 
 RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
 # Targets are builders taking `hipporag2.retrieve.factory.RetrieverParts`.
@@ -211,6 +212,10 @@ QA_ANSWER_MARKERS.register("last", "hipporag2.qa.reader:extract_answer",
 LLM_ON_FAILURE = family("llm_on_failure", "llm.on_failure", "What a permanently failed LLM request does.")
 LLM_ON_FAILURE.register("record", None, "record the failure (empty answer) and go on; counted in metrics.json")
 LLM_ON_FAILURE.register("stop", None, "stop the run with the error")
+
+QA_ANSWER_FORMATS = family("qa_answer_formats", "qa.answer_format", "How the reader's reply carries its answer.")
+QA_ANSWER_FORMATS.register("marker", None, "free text ending with 'Answer: ...' (the paper's reader)")
+QA_ANSWER_FORMATS.register("json", None, "{\"answer\": \"...\"}, JSON-schema constrained where the backend supports it")
 
 SEGMENT_QUERIES = family("segment_queries", "dataset.segment_queries", "Continual indexing: which questions a run evaluates.")
 SEGMENT_QUERIES.register("indexed", None, "questions whose gold passages are all in the indexed segments")
