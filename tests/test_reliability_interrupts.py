@@ -64,7 +64,7 @@ def _assert_one_line(rc: int, out: str, err: str, signum: int, stages) -> None:
     assert rc == 128 + signum, (rc, err[-3000:])
     assert "Traceback" not in out + err
     name = signal.Signals(signum).name
-    lines = [ln for ln in (out + err).splitlines() if "interrupted" in ln]
+    lines = [ln for ln in (out + err).splitlines() if "interrupted (" in ln]
     assert lines in ([f"error: interrupted ({name}) in stage {s}; rerun the same command to resume"] for s in stages), err[-3000:]
 
 
