@@ -34,6 +34,10 @@ class DatasetConfig:
     corpus_segments: int = 1
     segments_indexed: Optional[int] = None
     segment_queries: str = "indexed"
+    # Gold answers stored as a JSON-encoded list inside a string (PopQA's
+    # `possible_answers`): false keeps the string as one answer, as the reference reads
+    # it (it never matches, though its words count for F1); true decodes the list.
+    decode_json_answers: bool = False
     # A passage with an empty text: skipped with a warning and counted (false), or an
     # error naming the record (true).
     strict: bool = False
@@ -136,6 +140,10 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # marker: the reply ends with "Answer: ..." (the paper's reader); json: the reply is
+    # {"answer": "..."}, decoded under that JSON schema when llm.constrained_decoding
+    # is on (small models rarely write the marker unconstrained).
+    answer_format: str = "marker"
     # Which `Answer:` marker counts: reference (the text between the first marker and the
     # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
     answer_marker: str = "reference"

@@ -213,6 +213,10 @@ LLM_ON_FAILURE = family("llm_on_failure", "llm.on_failure", "What a permanently 
 LLM_ON_FAILURE.register("record", None, "record the failure (empty answer) and go on; counted in metrics.json")
 LLM_ON_FAILURE.register("stop", None, "stop the run with the error")
 
+QA_ANSWER_FORMATS = family("qa_answer_formats", "qa.answer_format", "How the reader's reply carries its answer.")
+QA_ANSWER_FORMATS.register("marker", None, "free text ending with 'Answer: ...' (the paper's reader)")
+QA_ANSWER_FORMATS.register("json", None, "{\"answer\": \"...\"}, JSON-schema constrained where the backend supports it")
+
 SEGMENT_QUERIES = family("segment_queries", "dataset.segment_queries", "Continual indexing: which questions a run evaluates.")
 SEGMENT_QUERIES.register("indexed", None, "questions whose gold passages are all in the indexed segments")
 SEGMENT_QUERIES.register("all", None, "every question")

@@ -209,9 +209,10 @@ def smol_setup(tmp_path_factory):
     from hipporag2.llm.base import build_llm
 
     tmp = tmp_path_factory.mktemp("smol")
-    cfg = compose(["llm=smollm2_cpu", "llm.max_new_tokens=24", f"cache_dir={tmp}", "progress=false",
+    cfg = compose(["llm=smollm2_cpu", "llm.max_new_tokens=24", "llm.constrained_decoding=false", "qa.answer_format=marker",
+                   "llm.batch_size=4", f"cache_dir={tmp}", "progress=false",
                    "retrieval.filter=llm", "retrieval.filter_program=own", "retrieval.filter_max_new_tokens=24",
-                   "qa=reader", "qa.qa_top_k=2", f"run_dir={tmp / 'run'}"])
+                   "retrieval.filter_parse=reference", "qa=reader", "qa.qa_top_k=2", f"run_dir={tmp / 'run'}"])
     llm = build_llm(cfg.llm, None)
     yield cfg, llm
     llm.close()

@@ -53,10 +53,37 @@ def user_message(passages: Sequence[Tuple[str, str]], question: str) -> str:
     return f"{format_passages(passages)}Question: {question}\n{CUE}"
 
 
-def reader_messages(passages: Sequence[Tuple[str, str]], question: str) -> Messages:
+def reader_messages(passages: Sequence[Tuple[str, str]], question: str, answer_format: str = "marker") -> Messages:
+    if answer_format == "json":
+        return (
+            ("system", SYSTEM_JSON),
+            ("user", user_message_json(EXAMPLE_PASSAGES, EXAMPLE_QUESTION)),
+            ("assistant", EXAMPLE_ANSWER_JSON),
+            ("user", user_message_json(passages, question)),
+        )
     return (
         ("system", SYSTEM),
         ("user", user_message(EXAMPLE_PASSAGES, EXAMPLE_QUESTION)),
         ("assistant", EXAMPLE_ANSWER),
         ("user", user_message(passages, question)),
     )
+
+
+# qa.answer_format=json: the reply is one JSON object, decoded under ANSWER_SCHEMA
+# where the backend constrains decoding (a small model then cannot ramble past the
+# answer, and every reply is scorable).
+SYSTEM_JSON = (
+    "You answer questions from the passages you are given. Find the facts the question "
+    'needs, chaining them across passages, and reply with one JSON object {"answer": "..."} '
+    "whose answer is as short as possible: a name, a date, a number or a few words, never a sentence."
+)
+EXAMPLE_ANSWER_JSON = '{"answer": "Saltbridge"}'
+
+
+def user_message_json(passages: Sequence[Tuple[str, str]], question: str) -> str:
+    """Passages and question, no reasoning cue: the JSON reply starts at once."""
+    return "\n\n".join(f"Passage: {title}\n{text}" for title, text in passages) + f"\n\nQuestion: {question}"
+ANSWER_SCHEMA = (
+    '{"type": "object", "properties": {"answer": {"type": "string", "minLength": 1, "maxLength": 60}}, '
+    '"required": ["answer"]}'
+)

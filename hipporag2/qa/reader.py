@@ -48,6 +48,29 @@ def extract_answer(text: str) -> Tuple[str, bool]:
 
 
 
+def extract_json_answer(text: str, fallback=None) -> Tuple[str, bool]:
+    """(prediction, found) from a reply `{"answer": "..."}` (qa.answer_format=json); a
+    reply that is not such an object is read by `fallback` (default `extract_answer`)."""
+    fallback = fallback or extract_answer
+    import json
+    import re
+
+    raw = (text or "").strip()
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)', raw)  # a reply cut inside the string
+        if m:
+            try:
+                return json.loads(f'"{m.group(1)}"').strip(), True
+            except ValueError:
+                return m.group(1).strip(), True
+        return fallback(raw)
+    if isinstance(obj, dict) and isinstance(obj.get("answer"), str):
+        return obj["answer"].strip(), True
+    return fallback(raw)
+
+
 @dataclass
 class Answer:
     """One question's reader output."""
@@ -59,11 +82,22 @@ class Answer:
 
 
 def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]]) -> List[Answer]:
-    """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call."""
+    """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call.
+    With qa.answer_format=json each request carries the answer schema (decoded under
+    it where the backend constrains decoding) and the reply is read as JSON, falling
+    back to the configured `Answer:` marker rule."""
     from hipporag2.registry import QA_ANSWER_MARKERS
 
-    read_answer = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
-    requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q)) for q, ctx in zip(questions, contexts)]
+    read_marker = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
+    fmt = getattr(cfg.qa, "answer_format", "marker")
+    schema = prompts.ANSWER_SCHEMA if fmt == "json" else None
+    requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q, fmt), json_schema=schema)
+                for q, ctx in zip(questions, contexts)]
+    if fmt == "json":
+        def read_answer(text):
+            return extract_json_answer(text, read_marker)
+    else:
+        read_answer = read_marker
     step = cfg.qa.chunk_size
     responses = []
     for c0 in range(0, len(requests), step):
@@ -80,6 +114,7 @@ def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequ
 
 def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     top_k = cfg.qa.qa_top_k
+    fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
     answers = answer_questions(
         cfg, llm, [q.question for q in queries],
@@ -124,6 +159,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         "qa_no_answer_marker": no_marker,
         "qa_llm_failures": failures,
         "qa_prompt_version": prompts.PROMPT_VERSION,
+        "qa_answer_format": fmt,
         "qa_answer_marker": cfg.qa.answer_marker,
     }
     if no_marker or failures:
