@@ -1,6 +1,6 @@
 """Index your own passages and query them from Python (the shared MuSiQue set here).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python examples/own_corpus.py [--data-dir ../shared/data] [--save-dir runs/example_index]
+    HF_HUB_OFFLINE=1 .venv/bin/python examples/own_corpus.py [--data-dir ../shared/data] [--save-dir runs/example_index] [--cache-dir DIR]
 
 HippoRAG 2 without the LLM filter, MiniLM embeddings and the shared GPT-3.5 OpenIE
 (so no LLM is needed): indexes the first 1,500 passages, inserts the other 390 (only
@@ -26,6 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--save-dir", default=str(REPO / "runs" / "example_index"))
+    ap.add_argument("--cache-dir", default=None, help="embedding cache to share (default: SAVE_DIR/cache)")
     args = ap.parse_args()
     data = Path(args.data_dir)
     if not (data / "musique_train_corpus.json").is_file():
@@ -45,7 +46,7 @@ def main() -> int:
         "retrieval.filter=none",            # the recognition-memory filter needs an LLM
         f"openie.import_path={data / 'openie' / 'musique_train_openie_gpt-3.5-turbo-1106.json'}",
         "progress=false",
-    ])
+    ] + ([f"cache_dir={args.cache_dir}"] if args.cache_dir else []))
     t0 = time.time()
     added = rag.index(docs[:1500])          # 0 when save_dir already holds them
     added += rag.index(docs)                # insert: only the 390 new passages are processed

@@ -65,6 +65,9 @@ class Corpus:
     passages: List[Passage]
     path: str = ""
     duplicates: int = 0
+    # Records skipped because their text is empty or only whitespace (see load_corpus).
+    empty: int = 0
+    first_empty: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.index_of = {p.string: i for i, p in enumerate(self.passages)}
@@ -85,11 +88,14 @@ class Query:
     gold_passages: List[str] = field(default_factory=list)
 
 
-def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:
+def load_corpus(path: Path | str, sentence_joiner: str = " ", strict: bool = False) -> Corpus:
     """A list of {title, text}, or a raw mapping title -> list of sentences.
 
     Outcomes: an empty corpus is an error; a passage whose string repeats an earlier
-    one is skipped and counted in `Corpus.duplicates` (the first keeps its index).
+    one is skipped and counted in `Corpus.duplicates` (the first keeps its index); a
+    passage whose text is empty or whitespace (a broken conversion, nothing to
+    retrieve) is skipped and counted in `Corpus.empty`, or is an error naming the
+    record when `strict` (dataset.strict).
     """
     data = read_json(path)
     records: List[tuple] = []
@@ -118,24 +124,36 @@ def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:
         raise DataError(path, f"expected a JSON list of passages, got {type_name(data)}")
     if not records:
         raise DataError(path, "the corpus is empty")
+    if all(not text.strip() for _, text in records):
+        raise DataError(path, f"all {len(records)} passages have an empty text")
     passages: List[Passage] = []
     seen = set()
-    duplicates = 0
+    duplicates = empty = 0
+    first_empty: Optional[int] = None
     for i, (title, text) in enumerate(records):
+        if not text.strip():
+            if strict:
+                raise DataError(path, "empty passage text (dataset.strict=true; false skips such passages)", i, "text")
+            empty += 1
+            first_empty = i if first_empty is None else first_empty
+            continue
         s = passage_string(title, text)
         if s in seen:
             duplicates += 1
             continue
         seen.add(s)
         passages.append(Passage(title=title, text=text, corpus_idx=i))
-    return Corpus(passages=passages, path=str(path), duplicates=duplicates)
+    return Corpus(passages=passages, path=str(path), duplicates=duplicates, empty=empty, first_empty=first_empty)
 
 
-def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldname: str = "answer") -> List[str]:
+def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldname: str = "answer",
+                    decode_json: bool = True) -> List[str]:
     """Gold answers: a string, a number, null, or (nested) lists of those.
 
-    PopQA stores `possible_answers` as a JSON-encoded list inside a string; that is
-    decoded. Iterative, so a deeply nested list cannot exhaust the stack.
+    PopQA stores `possible_answers` as a JSON-encoded list inside a string; with
+    `decode_json` that is decoded, else kept as one string (the reference's reading,
+    `dataset.decode_json_answers`). Iterative, so a deeply nested list cannot exhaust
+    the stack.
     """
     out: List[str] = []
     stack = [value]
@@ -147,7 +165,7 @@ def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldnam
             stack.extend(reversed(v))
         elif isinstance(v, str):
             stripped = v.strip()
-            if stripped.startswith("[") and stripped.endswith("]"):
+            if decode_json and stripped.startswith("[") and stripped.endswith("]"):
                 try:
                     parsed = json.loads(stripped)
                 except (json.JSONDecodeError, RecursionError):
@@ -163,19 +181,19 @@ def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldnam
     return out
 
 
-def _gold_answers(path, i, rec) -> List[str]:
+def _gold_answers(path, i, rec, decode_json: bool = True) -> List[str]:
     answers: List[str] = []
     if "answer" in rec:
-        answers = _as_answer_list(rec["answer"], path, i, "answer")
+        answers = _as_answer_list(rec["answer"], path, i, "answer", decode_json)
     elif "gold_ans" in rec:
-        answers = _as_answer_list(rec["gold_ans"], path, i, "gold_ans")
+        answers = _as_answer_list(rec["gold_ans"], path, i, "gold_ans", decode_json)
     elif "reference" in rec:
-        answers = _as_answer_list(rec["reference"], path, i, "reference")
+        answers = _as_answer_list(rec["reference"], path, i, "reference", decode_json)
     elif "obj" in rec:
-        answers = _as_answer_list(rec.get("obj"), path, i, "obj")
+        answers = _as_answer_list(rec.get("obj"), path, i, "obj", decode_json)
         for key in ("possible_answers", "o_wiki_title", "o_aliases"):
-            answers += _as_answer_list(rec.get(key), path, i, key)
-    answers += _as_answer_list(rec.get("answer_aliases"), path, i, "answer_aliases")
+            answers += _as_answer_list(rec.get(key), path, i, key, decode_json)
+    answers += _as_answer_list(rec.get("answer_aliases"), path, i, "answer_aliases", decode_json)
     # A set, in first-seen order so that files and logs are reproducible.
     return list(dict.fromkeys(a for a in answers if a is not None))
 
@@ -237,7 +255,8 @@ def _query_id(path, i, rec) -> str:
     return check_text(path, i, key, str(value), limit=10_000)
 
 
-def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Optional[int] = None) -> List[Query]:
+def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Optional[int] = None,
+                 decode_json_answers: bool = False) -> List[Query]:
     """Outcomes: a file without questions is an error; a question without gold passages
     is kept (recall 0) and counted by `check_gold_in_corpus`; a repeated id is an error."""
     data = read_json(path)
@@ -260,7 +279,7 @@ def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Opti
             Query(
                 id=qid,
                 question=question,
-                gold_answers=_gold_answers(path, where, rec),
+                gold_answers=_gold_answers(path, where, rec, decode_json_answers),
                 gold_passages=_gold_passages(path, where, rec, sentence_joiner),
             )
         )
