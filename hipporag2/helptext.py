@@ -19,6 +19,7 @@ KEY_HELP: Dict[str, str] = {
     "dataset.sentence_joiner": "joins supporting-fact sentences into a passage (\"\" for HotpotQA, \" \" otherwise)",
     "dataset.max_queries": "use only the first N questions (null: all)",
     "dataset.description": "free text shown in reports",
+    "dataset.decode_json_answers": "decode gold answers stored as a JSON list inside a string (PopQA); false: as the reference",
     "dataset.strict": "stop on a passage with empty text (default: skip it with a warning, counted in metrics.json)",
     "dataset.corpus_segments": "continual indexing: cut the corpus into this many contiguous segments",
     "dataset.segments_indexed": "continual indexing: index the first K segments (null: all)",
