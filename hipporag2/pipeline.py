@@ -31,8 +31,10 @@ from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
+from hipporag2.gates import check_fallback_rate, check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
+from hipporag2.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
 from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
 from hipporag2.results import RunReport
@@ -56,7 +58,8 @@ class Timings:
     def stage(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
         try:
-            yield
+            with in_stage(name):
+                yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t0, 3)
 
@@ -77,7 +80,7 @@ def load_dataset(cfg: Config) -> Tuple[Corpus, List[Query]]:
             f"(looked in data_dir={cfg.data_dir!r}, resolved {Path(cfg.data_dir).resolve()}). "
             + DOWNLOAD_HINT.format(name=cfg.dataset.name, data_dir=cfg.data_dir),
         )
-    corpus = load_corpus(cpath, cfg.dataset.sentence_joiner)
+    corpus = load_corpus(cpath, cfg.dataset.sentence_joiner, strict=cfg.dataset.strict)
     queries = load_queries(qpath, cfg.dataset.sentence_joiner, cfg.dataset.max_queries)
     if cfg.dataset.corpus_segments > 1 or cfg.dataset.segments_indexed is not None:
         from hipporag2.continual import restrict
@@ -103,11 +106,19 @@ class LazyLLM:
                 )
             from hipporag2.llm.base import build_llm
 
-            self._llm = build_llm(self.cfg.llm, Path(self.cfg.cache_dir) / "llm")
+            self._llm = build_llm(self.cfg.llm, Path(self.cfg.cache_dir) / "llm", log_dir=Path(self.cfg.run_dir))
         return self._llm
 
     def usage(self) -> Dict:
         return self._llm.usage() if self._llm is not None else {}
+
+    def engine_report(self) -> Dict:
+        return self._llm.engine_report() if self._llm is not None else {}
+
+    def close(self) -> None:
+        """Release the backend (a vLLM engine's processes) once the run is done with it."""
+        if self._llm is not None:
+            self._llm.close()
 
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
@@ -131,6 +142,9 @@ def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple
             msg = f"{len(imp.missing)} corpus passages have no extraction in {cfg.openie.import_path} (first: {imp.missing[0][:80]!r})"
             if cfg.openie.require_complete:
                 raise DataError(cfg.openie.import_path, msg)
+            report["openie_coverage"] = check_openie_coverage(
+                str(cfg.openie.import_path), len(corpus), imp.missing, cfg.openie.min_coverage
+            )
             log.warning(msg + "; they enter the graph without triples")
         return imp.by_passage_id, "import-" + file_digest(cfg.openie.import_path)
     from hipporag2.openie.extract import extract_corpus  # LLM-bound; imported only when used
@@ -144,8 +158,11 @@ def input_files(cfg: Config, qpath: Path, cpath: Path) -> Dict[str, str]:
     if cfg.openie.import_path:
         files[str(cfg.openie.import_path)] = file_digest(cfg.openie.import_path)
     r = cfg.retrieval
-    if r.filter == "llm" and r.filter_program and Path(r.filter_program).is_file():
-        files[str(r.filter_program)] = file_digest(r.filter_program)
+    from hipporag2.retrieve.filter_program import program_file
+
+    prog = program_file(r.filter_program)
+    if r.filter == "llm" and prog is not None and prog.is_file():
+        files[str(prog)] = file_digest(prog)
     return files
 
 
@@ -192,6 +209,9 @@ def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool)
 def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings) -> Index:
     with timings.stage("openie"):
         extractions, openie_key = get_openie(cfg, corpus, llm, report)
+    # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
+    check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),
+                    len(corpus), cfg.retrieval.max_fallback_rate)
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
@@ -210,8 +230,12 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
                     save_index(index, path)
                 crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
+                check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")),
+                                len(corpus), cfg.retrieval.max_fallback_rate)
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
+    check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")), len(corpus),
+                    cfg.retrieval.max_fallback_rate)
     return index
 
 
@@ -251,8 +275,12 @@ def retrieval_key(cfg: Config, data_files: Dict[str, str], report: Dict) -> str:
     """Hash of everything that changes retrieval output: settings (not paths of the run
     or cache, progress bars, QA or recall cut-offs), input file contents, the index."""
     settings = asdict(cfg)
-    for k in ("run_dir", "cache_dir", "progress", "qa", "recall_k"):
+    for k in ("run_dir", "cache_dir", "progress", "qa", "recall_k", "checkpoint_s"):
         settings.pop(k, None)
+    # Gates decide whether results are accepted, not what they are: relaxing one
+    # resumes from the checkpoint.
+    settings["retrieval"].pop("max_fallback_rate", None)
+    settings["openie"].pop("min_coverage", None)
     return digest({"settings": settings, "inputs": sorted(data_files.values()), "index": report.get("index_key")})
 
 
@@ -407,6 +435,11 @@ def retrieval_rows(queries, results, corpus: Corpus) -> List[Dict]:
     return rows
 
 
+def count_fallbacks(results: List[RetrievalResult]) -> int:
+    """Queries answered by the dense ranking because nothing seeded the graph."""
+    return sum(1 for r in results if r.details.get("fallback"))
+
+
 def run_metrics(cfg: Config, queries, corpus: Corpus, cov, results, store, recall: Dict) -> Dict:
     """The part of metrics.json shared by a single run and each point of a sweep."""
     return {
@@ -419,7 +452,9 @@ def run_metrics(cfg: Config, queries, corpus: Corpus, cov, results, store, recal
         "queries_without_gold": len(cov.queries_without_gold),
         "corpus_passages": len(corpus),
         "corpus_duplicates_skipped": corpus.duplicates,
-        "dense_fallbacks": sum(1 for r in results if r.details.get("fallback")),
+        "corpus_empty_passages_skipped": corpus.empty,
+        "dense_fallbacks": count_fallbacks(results),
+        "dense_fallback_rate": round(fallback_rate(count_fallbacks(results), len(results)), 4),
         "embedded_this_run": store.encoded,
         "embedding_shards_corrupt_rebuilt": store.corrupt_shards,
     }
@@ -436,6 +471,9 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
         stats = getattr(part, "stats", None)
         if stats:
             out[key] = dict(stats)
+    info = getattr(getattr(retriever, "fact_filter", None), "program_info", None)
+    if info:
+        out["filter_program"] = dict(info)  # which program (name, source, sha256) ran
     return out
 
 
@@ -474,6 +512,11 @@ def load_inputs(cfg: Config, timings: Timings) -> Inputs:
     qpath, cpath = dataset_paths(cfg)
     data_files = input_files(cfg, qpath, cpath)
     log.info("dataset %s: %d queries, %d unique passages (%d duplicates dropped)", cfg.dataset.name, len(queries), len(corpus), corpus.duplicates)
+    if corpus.empty:
+        log.warning(
+            "%s: %d passages with an empty text skipped (first: record %d); dataset.strict=true makes this an error",
+            cpath, corpus.empty, corpus.first_empty,
+        )
     cov = check_gold_in_corpus(queries, corpus)
     if cov.n_missing:
         log.warning(
@@ -491,7 +534,7 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
     report: Dict = {}
     corpus, queries, qpath, cpath, data_files, cov = load_inputs(cfg, timings)
     crash_point("data_loaded")
-    store = open_store(cfg.cache_dir, cfg.embedding)
+    store = open_store(cfg.cache_dir, cfg.embedding, checkpoint_s=cfg.checkpoint_s)
     llm = LazyLLM(cfg)
     retriever, index = make_retriever(cfg, corpus, store, llm, report, timings)
     if index is not None:
@@ -500,6 +543,9 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
     block = cfg.retrieval.query_batch_size
     ckpt = RetrievalCheckpoint(run_dir / PARTIAL, retrieval_key(cfg, data_files, report), [q.id for q in queries], block)
     results, resumed = retrieve_checkpointed(retriever, queries, ckpt, timings)
+    if index is not None:
+        check_fallback_rate(cfg.retrieval.method, count_fallbacks(results), len(results),
+                            cfg.retrieval.max_fallback_rate, int(index.stats.get("facts", 0)))
     report.update(llm_stage_stats(retriever))
     strings = corpus.strings
     write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
@@ -513,6 +559,9 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
             report.update(run_qa(cfg, llm.get(), queries, corpus, results, run_dir))
     if llm.usage():
         report["llm_usage"] = llm.usage()
+    if llm.engine_report():
+        report["llm_engine"] = llm.engine_report()
+    llm.close()  # the last LLM stage is done (a failed run relies on the backend's atexit)
     metrics = {
         **run_metrics(cfg, queries, corpus, cov, results, store, recall),
         "retrieval_resumed_queries": resumed,

@@ -158,7 +158,8 @@ LLM_BACKENDS.register("transformers", "hipporag2.llm.transformers_backend:Transf
                       "local Hugging Face / GGUF model through transformers (CPU or GPU)")
 LLM_BACKENDS.register("openai", "hipporag2.llm.openai_backend:OpenAILLM",
                       "any OpenAI-compatible chat-completions server (OpenAI, vLLM serve, llama.cpp)")
-LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend", "vLLM offline engine (tensor parallel)")
+LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend",
+                      "vLLM offline engine (tensor parallel; CPU build: make setup-vllm)")
 
 RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
 # Targets are builders taking `hipporag2.retrieve.factory.RetrieverParts`.
@@ -186,9 +187,35 @@ FILTERS = family("filters", "retrieval.filter", "Recognition memory over the can
 FILTERS.register("llm", "hipporag2.retrieve.filter_llm:build_filter", "an LLM keeps the relevant candidates (DSPy program prompt)")
 FILTERS.register("none", "hipporag2.retrieve.base:NoFilter", "ablation: keep every candidate")
 
+FILTER_PROGRAMS = family(
+    "filter_programs", "retrieval.filter_program", "The LLM filter's saved DSPy program (docs/llm_stages.md).",
+    also_accepts=lambda v: v is None or isinstance(v, str),
+    also_accepts_doc="a path to a saved DSPy program JSON (e.g. from `hipporag2-tune-filter`); null = `own`",
+)
+FILTER_PROGRAMS.register("reference", "hipporag2.retrieve.filter_program:reference_program",
+                         "the authors' tuned program, read as data from the installed `hipporag==2.0.0a4` wheel (paper default)")
+FILTER_PROGRAMS.register("own", "hipporag2.retrieve.filter_program:own_program",
+                         "our untuned 3-demo program (hipporag2/resources/filter_program.json), for the CPU demo")
+
+FILTER_PARSERS = family("filter_parsers", "retrieval.filter_parse", "How the LLM filter's reply is read and mapped to candidates (docs/quirks.md).")
+FILTER_PARSERS.register("reference", "hipporag2.retrieve.filter_parse:REFERENCE_READER",
+                        "the reference's parser and closest-candidate rule; an unreadable reply keeps nothing (dense fallback)")
+FILTER_PARSERS.register("lenient", "hipporag2.retrieve.filter_parse:LENIENT_READER",
+                        "repairs code fences, inline headers, bare lists, truncated JSON; case-insensitive mapping without repeats")
+
+QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.")
+QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_reference",
+                           "as the reference: the text between the first `Answer:` and the next, else the whole reply")
+QA_ANSWER_MARKERS.register("last", "hipporag2.qa.reader:extract_answer",
+                           "the text after the last `Answer:` (then a case-insensitive `answer:`), else the stripped reply")
+
 LLM_ON_FAILURE = family("llm_on_failure", "llm.on_failure", "What a permanently failed LLM request does.")
 LLM_ON_FAILURE.register("record", None, "record the failure (empty answer) and go on; counted in metrics.json")
 LLM_ON_FAILURE.register("stop", None, "stop the run with the error")
+
+QA_ANSWER_FORMATS = family("qa_answer_formats", "qa.answer_format", "How the reader's reply carries its answer.")
+QA_ANSWER_FORMATS.register("marker", None, "free text ending with 'Answer: ...' (the paper's reader)")
+QA_ANSWER_FORMATS.register("json", None, "{\"answer\": \"...\"}, JSON-schema constrained where the backend supports it")
 
 SEGMENT_QUERIES = family("segment_queries", "dataset.segment_queries", "Continual indexing: which questions a run evaluates.")
 SEGMENT_QUERIES.register("indexed", None, "questions whose gold passages are all in the indexed segments")

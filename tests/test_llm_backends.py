@@ -371,6 +371,74 @@ def test_api_key_is_sent_but_never_leaks(
 
 
 # --------------------------------------------------------------------------- vLLM
+# The engine itself runs in tests/test_vllm_engine.py (vLLM's CPU build in .venv-vllm);
+# here: what the backend decides before any engine starts.
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_missing_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    from hipporag2.config import ConfigError
+
+    cfg = LLMConfig(name="x", backend="vllm", model=str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        build_llm(cfg, tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and "vLLM is not installed" in message and "make setup-vllm" in message
+
+
+def test_vllm_engine_settings_are_the_reference_ones() -> None:
+    from hipporag2.cli import compose
+    from hipporag2.llm.vllm_backend import engine_kwargs
+
+    cfg = compose(["llm=llama33_70b_vllm"]).llm
+    assert engine_kwargs(cfg) == {
+        "model": "meta-llama/Llama-3.3-70B-Instruct", "tensor_parallel_size": 4, "dtype": "bfloat16",
+        # The reference's VLLMOffline: seed 0, 0.6 of GPU memory, max_model_len 4096,
+        # prefix caching on, CUDA graphs on.
+        "seed": 0, "gpu_memory_utilization": 0.6, "max_model_len": 4096,
+        "enable_prefix_caching": True, "enforce_eager": False,
+    }
+    cpu = engine_kwargs(dataclasses.replace(compose(["llm=smollm2_vllm_cpu"]).llm, model="HuggingFaceTB/x"))
+    assert cpu["enforce_eager"] is True and cpu["dtype"] == "float32" and cpu["model"] == "HuggingFaceTB/x"
+
+
+def test_vllm_model_folder_problems_name_the_path(tmp_path: Path) -> None:
+    from hipporag2.llm.vllm_backend import VLLMSetupError, engine_model
+
+    missing = tmp_path / "nope"
+    with pytest.raises(VLLMSetupError, match="no such file or folder") as info:
+        engine_model(LLMConfig(backend="vllm", model=str(missing)))
+    assert str(missing) in str(info.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(VLLMSetupError, match="config.json does not exist"):
+        engine_model(LLMConfig(backend="vllm", model=str(tmp_path / "empty")))
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "config.json").write_text("{}")
+    assert engine_model(LLMConfig(backend="vllm", model=str(tmp_path / "ok"))) == str(tmp_path / "ok")
+
+
+def test_engine_start_failure_names_the_worker_cause() -> None:
+    from hipporag2.llm.vllm_backend import startup_failure_cause
+
+    generic = RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+    log_text = (
+        "(EngineCore pid=1) INFO loading\n"
+        "(EngineCore pid=1) ERROR Traceback (most recent call last):\n"
+        "(EngineCore pid=1) ERROR ValueError: 4096 tokens of KV cache are needed, 1024 available\n"
+        "(EngineCore pid=1) ERROR Exception: WorkerProc initialization failed due to an exception in a "
+        "background process. See stack trace for root cause.\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
+    cause = startup_failure_cause(log_text, generic)
+    assert cause == "ValueError: 4096 tokens of KV cache are needed, 1024 available"
+    # Nothing better in the log: the exception itself, on one line.
+    assert startup_failure_cause("INFO all fine\n", ValueError("bad")) == "ValueError: bad"
+    # Raised in this process (vLLM's pydantic config check): the reason is on line 2.
+    pydantic_like = ValueError("1 validation error for VllmConfig\n  Value error, the weights cannot be read "
+                               "[type=value_error, input_value=ArgsKwargs((), {...}), input_type=ArgsKwargs]\n"
+                               "    For further information visit https://errors.pydantic.dev/2/v/value_error")
+    assert startup_failure_cause("", pydantic_like) == (
+        "ValueError: 1 validation error for VllmConfig Value error, the weights cannot be read")
+
+
 def _vllm_skip_reason() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed (pip install 'hipporag2[vllm]')"

@@ -28,7 +28,10 @@ pytestmark = pytest.mark.slow
 
 
 def _overrides(cache_dir: Path) -> list:
-    return ["llm=smollm2_cpu", f"llm.max_new_tokens={MAX_NEW_TOKENS}", f"cache_dir={cache_dir}", "progress=false"]
+    # The preset's demo settings (constrained decoding, per-step OpenIE limits) off: these
+    # tests study the model's raw, truncated output.
+    return ["llm=smollm2_cpu", f"llm.max_new_tokens={MAX_NEW_TOKENS}", "llm.constrained_decoding=false",
+            "openie.ner_max_new_tokens=null", "openie.triples_max_new_tokens=null", f"cache_dir={cache_dir}", "progress=false"]
 
 
 def _small_corpus(n: int) -> Corpus:

@@ -65,6 +65,9 @@ class Corpus:
     passages: List[Passage]
     path: str = ""
     duplicates: int = 0
+    # Records skipped because their text is empty or only whitespace (see load_corpus).
+    empty: int = 0
+    first_empty: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.index_of = {p.string: i for i, p in enumerate(self.passages)}
@@ -85,11 +88,14 @@ class Query:
     gold_passages: List[str] = field(default_factory=list)
 
 
-def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:
+def load_corpus(path: Path | str, sentence_joiner: str = " ", strict: bool = False) -> Corpus:
     """A list of {title, text}, or a raw mapping title -> list of sentences.
 
     Outcomes: an empty corpus is an error; a passage whose string repeats an earlier
-    one is skipped and counted in `Corpus.duplicates` (the first keeps its index).
+    one is skipped and counted in `Corpus.duplicates` (the first keeps its index); a
+    passage whose text is empty or whitespace (a broken conversion, nothing to
+    retrieve) is skipped and counted in `Corpus.empty`, or is an error naming the
+    record when `strict` (dataset.strict).
     """
     data = read_json(path)
     records: List[tuple] = []
@@ -118,17 +124,26 @@ def load_corpus(path: Path | str, sentence_joiner: str = " ") -> Corpus:
         raise DataError(path, f"expected a JSON list of passages, got {type_name(data)}")
     if not records:
         raise DataError(path, "the corpus is empty")
+    if all(not text.strip() for _, text in records):
+        raise DataError(path, f"all {len(records)} passages have an empty text")
     passages: List[Passage] = []
     seen = set()
-    duplicates = 0
+    duplicates = empty = 0
+    first_empty: Optional[int] = None
     for i, (title, text) in enumerate(records):
+        if not text.strip():
+            if strict:
+                raise DataError(path, "empty passage text (dataset.strict=true; false skips such passages)", i, "text")
+            empty += 1
+            first_empty = i if first_empty is None else first_empty
+            continue
         s = passage_string(title, text)
         if s in seen:
             duplicates += 1
             continue
         seen.add(s)
         passages.append(Passage(title=title, text=text, corpus_idx=i))
-    return Corpus(passages=passages, path=str(path), duplicates=duplicates)
+    return Corpus(passages=passages, path=str(path), duplicates=duplicates, empty=empty, first_empty=first_empty)
 
 
 def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldname: str = "answer") -> List[str]:

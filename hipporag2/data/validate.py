@@ -213,8 +213,18 @@ def check_input_paths(cfg) -> List[str]:
             raise DataError(p, "file not found (openie.import_path)" if not p.exists() else "not a file (openie.import_path)")
         checked.append(str(p))
     r = cfg.retrieval
-    if r.filter == "llm" and r.linking == "query_to_triple" and r.method != "dense" and r.method != "bm25" and r.filter_program:
-        p = Path(r.filter_program)
+    from hipporag2.retrieve.filter_program import program_file
+
+    uses_filter = r.filter == "llm" and r.linking == "query_to_triple" and r.method != "dense" and r.method != "bm25"
+    if uses_filter and r.filter_program == "reference":
+        from hipporag2.retrieve.filter_program import ProgramError, reference_program_file
+
+        try:
+            checked.append(str(reference_program_file()[0]))
+        except ProgramError as exc:
+            raise DataError("retrieval.filter_program", str(exc)) from None
+    p = program_file(r.filter_program)
+    if uses_filter and p is not None:
         if not p.is_file():
             raise DataError(p, "file not found (retrieval.filter_program)")
         validate_filter_program(p)

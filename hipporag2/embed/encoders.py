@@ -99,7 +99,9 @@ class NVEmbedV2Encoder(Encoder):
         import torch
         from transformers import AutoModel
 
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.dtype]
+        # "auto": the dtype the checkpoint's config declares, which is how the reference
+        # loads NV-Embed-v2 (torch_dtype="auto").
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}[cfg.dtype]
         self.model = AutoModel.from_pretrained(
             resolve_model_path(cfg.model), trust_remote_code=True, torch_dtype=dtype
         ).to(cfg.device)

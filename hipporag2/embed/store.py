@@ -3,7 +3,10 @@
 Rows live in append-only shards (`shard-NNNNN.npy` float32 + `shard-NNNNN.keys.json`),
 memory-mapped on load. A shard becomes visible only when its keys file is renamed
 into place, so a run killed mid-encoding loses at most the shard in progress, and a
-second run with the same encoder embeds only what is missing.
+second run with the same encoder embeds only what is missing. A shard is written
+once `shard_size` rows (4,096) are encoded or `checkpoint_s` seconds (30) of encoding
+have passed, whichever comes first: on a GPU shards stay large, on a slow CPU an
+interrupt loses at most ~30 s of work.
 
 Integrity: the keys file (written last, atomically) records the sha256, row count and
 width of its `.npy` file. Every load verifies them; a shard that fails (bit rot, a
@@ -20,6 +23,7 @@ import hashlib
 import io
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -29,6 +33,7 @@ from filelock import FileLock
 from hipporag2 import atomicio
 from hipporag2.atomicio import crash_point, sha256_file
 from hipporag2.embed.encoders import Encoder, build_encoder
+from hipporag2.interrupts import in_stage
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,7 @@ class EmbeddingStore:
         encoder_factory: Callable[[], Encoder],
         query_format: str = "",
         shard_size: int = 4096,
+        checkpoint_s: float = 30.0,
     ):
         self.query_format = query_format
         self.dir = Path(root) / fingerprint
@@ -52,6 +58,7 @@ class EmbeddingStore:
         self._factory = encoder_factory
         self._encoder: Optional[Encoder] = None
         self.shard_size = shard_size
+        self.checkpoint_s = checkpoint_s
         self._index: Dict[str, Tuple[int, int]] = {}
         self._shards: List[np.ndarray] = []
         self._opened: set = set()
@@ -168,18 +175,24 @@ class EmbeddingStore:
             from tqdm import tqdm
 
             bar = tqdm(total=len(items), desc=desc, unit="text")
-        step = 256  # progress granularity; a shard is the unit of checkpointing
-        for start in range(0, len(items), self.shard_size):
-            chunk = items[start : start + self.shard_size]
-            parts = []
-            for s in range(0, len(chunk), step):
-                parts.append(self.encoder.encode([t for _, t in chunk[s : s + step]], instruction=instruction))
+        step = min(256, self.shard_size)  # rows per encoder call: progress and checkpoint granularity
+        pending: List[str] = []
+        parts: List[np.ndarray] = []
+        since = time.monotonic()
+        with in_stage(desc):
+            for s in range(0, len(items), step):
+                batch = items[s : s + step]
+                parts.append(self.encoder.encode([t for _, t in batch], instruction=instruction))
+                pending += [k for k, _ in batch]
                 if bar is not None:
-                    bar.update(len(chunk[s : s + step]))
-            with lock:
-                self._write_shard([k for k, _ in chunk], np.concatenate(parts))
-            crash_point("embed_shard")
-            self.encoded += len(chunk)
+                    bar.update(len(batch))
+                last = s + step >= len(items)
+                if last or len(pending) >= self.shard_size or time.monotonic() - since >= self.checkpoint_s:
+                    with lock:
+                        self._write_shard(pending, np.concatenate(parts))
+                    crash_point("embed_shard")
+                    self.encoded += len(pending)
+                    pending, parts, since = [], [], time.monotonic()
         if bar is not None:
             bar.close()
         self._load()
@@ -200,9 +213,10 @@ class EmbeddingStore:
         atomicio.write_text(base.with_name(base.name + ".keys.json"), json.dumps(meta))
 
 
-def open_store(cache_dir: Path | str, cfg) -> EmbeddingStore:
+def open_store(cache_dir: Path | str, cfg, checkpoint_s: float = 30.0) -> EmbeddingStore:
     """The store for an embedding config; the encoder is only loaded if something is missing."""
 
     return EmbeddingStore(
-        Path(cache_dir) / "embeddings", Encoder(cfg).fingerprint, lambda: build_encoder(cfg), query_format=cfg.query_format
+        Path(cache_dir) / "embeddings", Encoder(cfg).fingerprint, lambda: build_encoder(cfg),
+        query_format=cfg.query_format, checkpoint_s=checkpoint_s,
     )

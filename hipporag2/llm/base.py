@@ -11,6 +11,7 @@ interrupted run keeps most of what it paid for.
 from __future__ import annotations
 
 import abc
+import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -79,6 +80,9 @@ def _empty_usage() -> dict[str, int]:
         "input_tokens": 0,
         "output_tokens": 0,
         "failures": 0,
+        # Calls that reached the backend (each with all of a generate call's misses):
+        # for vLLM, one engine.generate per call.
+        "backend_calls": 0,
         # Tokens a cache hit would have cost: lets reports show the full bill.
         "cached_input_tokens": 0,
         "cached_output_tokens": 0,
@@ -97,6 +101,9 @@ class LLM(abc.ABC):
         # Requests actually handed to the backend: lets callers and tests tell a
         # cache hit from a model call without instrumenting the model.
         self.requests_sent = 0
+        # Where a backend with an engine of its own writes that engine's log (vLLM);
+        # set by build_llm, None: the working directory.
+        self.log_dir: Path | None = None
         self._usage: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -158,7 +165,11 @@ class LLM(abc.ABC):
             u["cached_output_tokens"] += n_out_cached
             self.requests_sent += len(jobs)
         if not jobs:
-            return [r for r in results if r is not None]
+            out = [r for r in results if r is not None]
+            self._write_transcript(stage, requests, out)
+            return out
+        with self._lock:
+            self._usage[stage]["backend_calls"] += 1
 
         buffer: dict[str, CachedResponse] = {}
         answered: set[str] = set()
@@ -205,11 +216,39 @@ class LLM(abc.ABC):
         missing = [job for job in jobs if job.key not in answered]
         for job in missing:  # a backend bug must not surface as None downstream
             emit(job, ChatResponse("", 0, 0, False, error="backend returned no response"))
-        return [r for r in results if r is not None]
+        out = [r for r in results if r is not None]
+        self._write_transcript(stage, requests, out)
+        return out
+
+    def _write_transcript(self, stage: str, requests: Sequence[ChatRequest],
+                          responses: Sequence[ChatResponse]) -> None:
+        """Append one JSON line per request to `cfg.transcript_path` (when set)."""
+        if not self.cfg.transcript_path:
+            return
+        path = Path(self.cfg.transcript_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, open(path, "a", encoding="utf-8") as f:
+            for req, resp in zip(requests, responses):
+                f.write(json.dumps({
+                    "stage": stage,
+                    "model": self.model_id,
+                    "messages": [list(m) for m in messages_of(req)],
+                    "max_new_tokens": self._max_new_tokens(req),
+                    "json_schema": req.json_schema if self.cfg.constrained_decoding else None,
+                    "text": resp.text,
+                    "input_tokens": resp.input_tokens,
+                    "output_tokens": resp.output_tokens,
+                    "cached": resp.cached,
+                    "error": resp.error,
+                }, ensure_ascii=False) + "\n")
 
     def usage(self) -> dict[str, dict[str, int]]:
         with self._lock:
             return {stage: dict(u) for stage, u in self._usage.items()}
+
+    def engine_report(self) -> dict:
+        """Facts about the backend's engine for metrics.json ({} when it has none to tell)."""
+        return {}
 
     def close(self) -> None:
         """Release backend resources; the cache belongs to whoever opened it."""
@@ -234,11 +273,12 @@ def open_cache(cache_dir: str | Path | None) -> ResponseCache | None:
     return ResponseCache(Path(cache_dir) / CACHE_FILENAME)
 
 
-def build_llm(cfg: LLMConfig, cache_dir: str | Path | None) -> LLM:
+def build_llm(cfg: LLMConfig, cache_dir: str | Path | None, log_dir: str | Path | None = None) -> LLM:
     """Build the backend named by `cfg.backend`, sharing the cache under `cache_dir`.
 
     Backends are imported here, not at module import, so that an OpenAI-only
-    run never imports torch and a CPU machine never needs vLLM.
+    run never imports torch and a CPU machine never needs vLLM. `log_dir` receives
+    an engine's own log (vLLM: `vllm_engine.log`; default: the working directory).
     """
     if cfg.name == "none" or not cfg.model:
         raise ValueError(
@@ -248,4 +288,6 @@ def build_llm(cfg: LLMConfig, cache_dir: str | Path | None) -> LLM:
     from hipporag2.registry import LLM_BACKENDS
 
     backend = LLM_BACKENDS.load(cfg.backend)  # UnknownChoice before the cache is opened
-    return backend(cfg, open_cache(cache_dir))
+    llm = backend(cfg, open_cache(cache_dir))
+    llm.log_dir = Path(log_dir) if log_dir is not None else None
+    return llm

@@ -32,11 +32,17 @@ class LLMConfig:
     seed: int = 0
     # Constrained decoding to a JSON schema: off in paper presets for faithfulness.
     constrained_decoding: bool = False
-    # vLLM offline engine.
+    # vLLM offline engine (`vllm.LLM`). The reference implementation's engine uses seed 0,
+    # 0.6 of each GPU's memory, max_model_len 4096, prefix caching on and CUDA graphs on
+    # (enforce_eager false): the llama33_70b_vllm preset holds those values.
     tensor_parallel_size: int = 1
     dtype: str = "auto"
     max_model_len: Optional[int] = None
     gpu_memory_utilization: float = 0.9
+    # Reuse the KV cache of prompt prefixes shared across requests (the few-shot demos).
+    enable_prefix_caching: bool = True
+    # true: no CUDA graphs / torch.compile; starts much faster (the CPU tests use it).
+    enforce_eager: bool = False
     # transformers backend
     device: str = "cpu"
     batch_size: int = 4
@@ -54,3 +60,7 @@ class LLMConfig:
     model_cache_dir: Optional[str] = None
     # What to do when a request fails permanently: hipporag2.registry.LLM_ON_FAILURE
     on_failure: str = "record"
+    # A JSON-lines file receiving every request of the run with its answer (stage,
+    # messages, limits, schema, text, token counts, cached): for audits and for
+    # comparing backends on exactly the same prompts. None: not written.
+    transcript_path: Optional[str] = None

@@ -269,6 +269,8 @@ def load_config(path: str | None) -> LLMConfig:
 
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
+    if isinstance(data.get("llm"), dict):  # a global-package preset (llm: plus other groups' keys)
+        data = data["llm"]
     known = {f.name for f in dataclasses.fields(LLMConfig)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -43,6 +44,17 @@ log = logging.getLogger("hipporag2.openie")
 # enough that an interruption loses little (and the response cache keeps even that).
 DEFAULT_CHUNK_SIZE = 64
 EXTRACT_FORMAT = 1
+
+
+def next_chunk_size(max_size: int, last_size: int, last_seconds: float, checkpoint_s: float) -> int:
+    """Passages in the next chunk, so that a chunk (the unit the results file is
+    rewritten after) takes about `checkpoint_s` seconds at the pace of the last one,
+    and never more than `max_size` (openie.chunk_size): a slow CPU model checkpoints
+    every few passages, a fast server keeps large batches."""
+    if last_seconds <= 0 or last_size < 1:
+        return max_size
+    per_passage = last_seconds / last_size
+    return max(1, min(max_size, int(checkpoint_s / per_passage)))
 
 
 def step_limits(llm_cfg, openie_cfg=None) -> Tuple[int, int]:
@@ -216,8 +228,10 @@ def extract_corpus(
 
         failed_ids: List[str] = []
         failed_ex: Dict[str, Extraction] = {}
-        for c0 in range(0, len(todo), chunk_size):
-            chunk = todo[c0 : c0 + chunk_size]
+        pos, size = 0, chunk_size
+        while pos < len(todo):
+            chunk = todo[pos : pos + size]
+            t0 = time.monotonic()
             results = _extract_chunk(llm, [strings[i] for i in chunk], constrained, cfg.progress, counts,
                                      step_limits(cfg.llm, cfg.openie))
             for i, (ex, complete) in zip(chunk, results):
@@ -229,6 +243,8 @@ def extract_corpus(
             ordered = [done[pid] for pid in corpus_ids if pid in done]
             write_openie(path, ordered + foreign)
             log.info("OpenIE: %d/%d passages written to %s", len(done), len(strings), path)
+            pos += len(chunk)
+            size = next_chunk_size(chunk_size, len(chunk), time.monotonic() - t0, getattr(cfg, "checkpoint_s", 30.0))
         if not todo and not path.is_file():
             write_openie(path, foreign)  # empty corpus: still leave a valid file
 

