@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-former", action="store_true", help="only the current kernel (e.g. at sizes where the former is too slow)")
+    ap.add_argument("--without-former", action="store_true", help="row blocks and current only (the former is the slowest)")
     args = ap.parse_args(argv)
     emb = synthetic_embeddings(args.phrases, args.dim)
     phrases = [f"phrase {i}" for i in range(args.phrases)]
@@ -138,6 +139,8 @@ def main(argv=None) -> int:
     rows, runs = [], {"former": [], "row blocks": [], "current": []}
     results = {}
     impls = [("current", current)] if args.skip_former else [("former", former), ("row blocks", row_blocks), ("current", current)]
+    if args.without_former and not args.skip_former:
+        impls = impls[1:]
     for rep in range(args.repeats):
         for name, fn in impls:
             load = os.getloadavg()[0]
@@ -148,7 +151,7 @@ def main(argv=None) -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {rows[-1]}", file=sys.stderr, flush=True)
 
     print(f"Command: `python -m benchmarks.bench_knn --phrases {args.phrases} --dim {args.dim} --block {args.block} --repeats {args.repeats}"
-          f"{' --skip-former' if args.skip_former else ''}`")
+          f"{' --skip-former' if args.skip_former else ''}{' --without-former' if args.without_former else ''}`")
     print(f"Machine: {platform.processor() or platform.machine()}, os.cpu_count()={os.cpu_count()}; python {platform.python_version()}, "
           f"numpy {np.__version__}; embeddings {emb.nbytes / 2**20:.0f} MB")
     print()
@@ -163,6 +166,7 @@ def main(argv=None) -> int:
         same = a.shape == b.shape and bool((a["q"] == b["q"]).all() and (a["c"] == b["c"]).all() and (a["s"] == b["s"]).all())
         print(f"Median wall: row blocks {blk:.1f} s, current {cur:.1f} s: **{blk / cur:.2f}x**; pairs, order and "
               f"scores bit-identical: {same} ({len(b):,} pairs).")
+    if not args.skip_former and not args.without_former:
         old = statistics.median(runs["former"])
         a, b = results["former"], results["current"]
         same = a.shape == b.shape and bool((a["q"] == b["q"]).all() and (a["c"] == b["c"]).all())
@@ -172,7 +176,7 @@ def main(argv=None) -> int:
               f"Pairs identical (same order): {same} ({len(a):,} pairs); scores bit-identical for {eq:.1%} of them, "
               f"the rest within {ulp:.0f} float32 ulp(s) of 1.0 (the former kept BLAS's float32 product, "
               f"which rounds differently with the block shape; both others rescore canonically).")
-    else:
+    elif args.skip_former:
         print(f"Median wall: current {cur:.1f} s.")
     return 0
 

@@ -34,6 +34,10 @@ class DatasetConfig:
     corpus_segments: int = 1
     segments_indexed: Optional[int] = None
     segment_queries: str = "indexed"
+    # Gold answers stored as a JSON-encoded list inside a string (PopQA's
+    # `possible_answers`): false keeps the string as one answer, as the reference reads
+    # it (it never matches, though its words count for F1); true decodes the list.
+    decode_json_answers: bool = False
     # A passage with an empty text: skipped with a warning and counted (false), or an
     # error naming the record (true).
     strict: bool = False

@@ -81,7 +81,7 @@ def load_dataset(cfg: Config) -> Tuple[Corpus, List[Query]]:
             + DOWNLOAD_HINT.format(name=cfg.dataset.name, data_dir=cfg.data_dir),
         )
     corpus = load_corpus(cpath, cfg.dataset.sentence_joiner, strict=cfg.dataset.strict)
-    queries = load_queries(qpath, cfg.dataset.sentence_joiner, cfg.dataset.max_queries)
+    queries = load_queries(qpath, cfg.dataset.sentence_joiner, cfg.dataset.max_queries, cfg.dataset.decode_json_answers)
     if cfg.dataset.corpus_segments > 1 or cfg.dataset.segments_indexed is not None:
         from hipporag2.continual import restrict
 

@@ -46,7 +46,9 @@ def test_contexts_style_and_popqa_answers(tmp_path):
     }])
     [query] = load_queries(q)
     assert query.id == "7" and query.gold_passages == ["P\nt"]
-    assert query.gold_answers == ["Paris", "City of Light"]
+    # As the reference reads it (dataset.decode_json_answers=false): the encoded list is one string.
+    assert query.gold_answers == ["Paris", '["Paris", "City of Light"]']
+    assert load_queries(q, decode_json_answers=True)[0].gold_answers == ["Paris", "City of Light"]
 
 
 def test_corpus_list_dict_and_duplicates(tmp_path):

@@ -163,3 +163,12 @@ def test_report_labels_and_fallback_columns(tmp_path):
     md = table.markdown()
     assert "| fallbacks |" in md and "| 6 (60%) |" in md
     assert all("dense_fallbacks" in row and "dense_fallback_rate" in row for row in table.csv_rows)
+
+
+def test_openie_chunks_shrink_to_the_checkpoint_interval():
+    from hipporag2.openie.extract import next_chunk_size
+
+    assert next_chunk_size(64, 64, 640.0, 30.0) == 3  # 10 s a passage: 3 per 30 s checkpoint
+    assert next_chunk_size(64, 8, 1.0, 30.0) == 64  # fast: never above openie.chunk_size
+    assert next_chunk_size(64, 4, 400.0, 30.0) == 1  # slower than the interval: one passage
+    assert next_chunk_size(64, 4, 0.0, 30.0) == 64

@@ -181,7 +181,7 @@ def open_run(run_dir: Path | str, cfg: Optional[Config] = None) -> RunView:
         if path.name in recorded and file_digest(path) != recorded[path.name]:
             raise RunUnavailable(f"{path}: changed since the run (content hash differs from metrics.json)")
     corpus = load_corpus(cpath, cfg.dataset.sentence_joiner)
-    queries = load_queries(qpath, cfg.dataset.sentence_joiner, cfg.dataset.max_queries)
+    queries = load_queries(qpath, cfg.dataset.sentence_joiner, cfg.dataset.max_queries, cfg.dataset.decode_json_answers)
     with open(run_dir / "retrieval.jsonl", encoding="utf-8") as f:
         rows = [RetrievalRow.of(json.loads(line)) for line in f if line.strip()]
     return RunView(

@@ -146,11 +146,14 @@ def load_corpus(path: Path | str, sentence_joiner: str = " ", strict: bool = Fal
     return Corpus(passages=passages, path=str(path), duplicates=duplicates, empty=empty, first_empty=first_empty)
 
 
-def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldname: str = "answer") -> List[str]:
+def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldname: str = "answer",
+                    decode_json: bool = True) -> List[str]:
     """Gold answers: a string, a number, null, or (nested) lists of those.
 
-    PopQA stores `possible_answers` as a JSON-encoded list inside a string; that is
-    decoded. Iterative, so a deeply nested list cannot exhaust the stack.
+    PopQA stores `possible_answers` as a JSON-encoded list inside a string; with
+    `decode_json` that is decoded, else kept as one string (the reference's reading,
+    `dataset.decode_json_answers`). Iterative, so a deeply nested list cannot exhaust
+    the stack.
     """
     out: List[str] = []
     stack = [value]
@@ -162,7 +165,7 @@ def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldnam
             stack.extend(reversed(v))
         elif isinstance(v, str):
             stripped = v.strip()
-            if stripped.startswith("[") and stripped.endswith("]"):
+            if decode_json and stripped.startswith("[") and stripped.endswith("]"):
                 try:
                     parsed = json.loads(stripped)
                 except (json.JSONDecodeError, RecursionError):
@@ -178,19 +181,19 @@ def _as_answer_list(value: Any, path: Path | str = "", rec: Any = None, fieldnam
     return out
 
 
-def _gold_answers(path, i, rec) -> List[str]:
+def _gold_answers(path, i, rec, decode_json: bool = True) -> List[str]:
     answers: List[str] = []
     if "answer" in rec:
-        answers = _as_answer_list(rec["answer"], path, i, "answer")
+        answers = _as_answer_list(rec["answer"], path, i, "answer", decode_json)
     elif "gold_ans" in rec:
-        answers = _as_answer_list(rec["gold_ans"], path, i, "gold_ans")
+        answers = _as_answer_list(rec["gold_ans"], path, i, "gold_ans", decode_json)
     elif "reference" in rec:
-        answers = _as_answer_list(rec["reference"], path, i, "reference")
+        answers = _as_answer_list(rec["reference"], path, i, "reference", decode_json)
     elif "obj" in rec:
-        answers = _as_answer_list(rec.get("obj"), path, i, "obj")
+        answers = _as_answer_list(rec.get("obj"), path, i, "obj", decode_json)
         for key in ("possible_answers", "o_wiki_title", "o_aliases"):
-            answers += _as_answer_list(rec.get(key), path, i, key)
-    answers += _as_answer_list(rec.get("answer_aliases"), path, i, "answer_aliases")
+            answers += _as_answer_list(rec.get(key), path, i, key, decode_json)
+    answers += _as_answer_list(rec.get("answer_aliases"), path, i, "answer_aliases", decode_json)
     # A set, in first-seen order so that files and logs are reproducible.
     return list(dict.fromkeys(a for a in answers if a is not None))
 
@@ -252,7 +255,8 @@ def _query_id(path, i, rec) -> str:
     return check_text(path, i, key, str(value), limit=10_000)
 
 
-def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Optional[int] = None) -> List[Query]:
+def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Optional[int] = None,
+                 decode_json_answers: bool = False) -> List[Query]:
     """Outcomes: a file without questions is an error; a question without gold passages
     is kept (recall 0) and counted by `check_gold_in_corpus`; a repeated id is an error."""
     data = read_json(path)
@@ -275,7 +279,7 @@ def load_queries(path: Path | str, sentence_joiner: str = " ", max_queries: Opti
             Query(
                 id=qid,
                 question=question,
-                gold_answers=_gold_answers(path, where, rec),
+                gold_answers=_gold_answers(path, where, rec, decode_json_answers),
                 gold_passages=_gold_passages(path, where, rec, sentence_joiner),
             )
         )

@@ -6,6 +6,9 @@ Layout of an index folder (written to a temp folder, then renamed into place):
   *_emb.npy         passage / phrase / fact embeddings (float32, L2-normalised)
   graph_stats.json  counts of nodes and edges by type
   manifest.json     sha256 and size of every file above; written last
+  ppr/              derived, optional: the batched PPR solver's saved preparation, one
+                    folder per graph variant with its own manifest (retrieve/ppr_store.py);
+                    made on first use, not part of the manifest above
 
 An index folder without a manifest is incomplete and is never used. `load_index`
 verifies every checksum and raises `IndexCorrupt` (naming the file) on a mismatch;

@@ -3,7 +3,9 @@ conditioned on the passage and its NER list.
 
 Resumability. Passages are processed in chunks; each chunk is one batched NER call and
 one batched triple call, after which the whole results file is rewritten atomically
-(interchange format, SPEC §1). The file is the checkpoint: on a restart every passage
+(interchange format, SPEC §1). A chunk holds at most `openie.chunk_size` passages and
+fewer when the last one took longer than `checkpoint_s` (`next_chunk_size`), so an
+interrupt on a slow CPU model loses seconds, not a 64-passage chunk. The file is the checkpoint: on a restart every passage
 already in it is skipped and never sent to the LLM again. (The LLM's own response cache
 additionally keeps answers of a chunk that was interrupted half-way.)
 
