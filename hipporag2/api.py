@@ -217,7 +217,7 @@ class HippoRAG:
         settings = self._settings()
         previous = None
         if self._index is not None and self._synonyms is not None:
-            previous = Previous(self._index.phrases, self._synonyms, self._cleaned)
+            previous = Previous(self._index.phrases, self._synonyms, self._cleaned, self._index)
         split = [passage_of_string(p, i) for i, p in enumerate(passages)]
         asm = assemble_index(
             passages, [p.title for p in split], list(range(len(passages))), self._extractions,

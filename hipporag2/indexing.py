@@ -34,6 +34,8 @@ class Previous:
     synonyms: Pairs
     # Cleaned triples by passage string (reused instead of cleaning again).
     cleaned: Optional[Dict[str, CleanTriples]] = None
+    # The previous index: its embedding rows are reused for unchanged texts.
+    index: Optional[Index] = None
 
 
 @dataclass
@@ -42,6 +44,25 @@ class Assembled:
     synonyms: Pairs  # (query, neighbour, score) over index.phrases, for the next update
     cleaned: Dict[str, CleanTriples]
     update: Optional[UpdateStats] = None
+
+
+def _rows(store: EmbeddingStore, texts: Sequence[str], old_texts: Optional[Sequence[str]], old_rows: Optional[np.ndarray],
+          desc: str, progress: bool) -> np.ndarray:
+    """Embeddings of `texts`: rows the previous index holds are copied from it, only the
+    others are looked up in (or encoded into) the store. The previous rows came from
+    the same store, so the result is what looking everything up would give."""
+    if old_texts is None or old_rows is None or len(old_texts) == 0 or np.asarray(old_rows).shape[1] == 0:
+        return store.embed(texts, desc=desc, progress=progress)
+    where = {t: i for i, t in enumerate(old_texts)}
+    pos = np.array([where.get(t, -1) for t in texts], dtype=np.int64)
+    fresh = np.nonzero(pos < 0)[0]
+    old_rows = np.asarray(old_rows)
+    out = np.empty((len(texts), old_rows.shape[1]), dtype=np.float32)
+    have = pos >= 0
+    out[have] = old_rows[pos[have]]
+    if fresh.size:
+        out[fresh] = store.embed([texts[i] for i in fresh], desc=desc, progress=progress)
+    return out
 
 
 def assemble_index(
@@ -74,9 +95,11 @@ def assemble_index(
             len(passages), len(content.phrases), len(content.facts), content.triple_stats.raw, content.triple_stats.kept,
         )
     if store is not None:
-        passage_emb = store.embed(passages, desc="embed passages", progress=progress)
-        phrase_emb = store.embed(content.phrases, desc="embed phrases", progress=progress)
-        fact_emb = store.embed([fact_string(f) for f in content.facts], desc="embed facts", progress=progress)
+        old = previous.index if previous is not None else None
+        passage_emb = _rows(store, passages, old.passages if old else None, old.passage_emb if old else None, "embed passages", progress)
+        phrase_emb = _rows(store, content.phrases, old.phrases if old else None, old.phrase_emb if old else None, "embed phrases", progress)
+        fact_emb = _rows(store, [fact_string(f) for f in content.facts], [fact_string(f) for f in old.facts] if old else None,
+                         old.fact_emb if old else None, "embed facts", progress)
         dim = passage_emb.shape[1]
     else:  # BM25: no encoder at all
         passage_emb = np.zeros((len(passages), 0), np.float32)

@@ -145,7 +145,7 @@ def _run_of(tmp_path: Path, name: str, config: dict, metrics: dict):
 
 def test_report_labels_and_fallback_columns(tmp_path):
     """Labels name what changes results and only that; fallbacks sit next to recall."""
-    from hipporag2.report.tables import Context, _value_str, make_labeller, table_recall
+    from hipporag2.report.tables import Context, value_str, make_labeller, table_recall
 
     runs = [
         _run_of(tmp_path, "a", {"retrieval.name": "hipporag2", "retrieval.method": "hipporag2", "retrieval.filter": "none",
@@ -158,7 +158,7 @@ def test_report_labels_and_fallback_columns(tmp_path):
     label = make_labeller(runs)
     assert label(runs[0]) == "hipporag2 / minilm / no filter"  # batch_size is not a result setting
     assert label(runs[1]) == "bm25"  # no encoder in a BM25 label
-    assert _value_str(" ") == "' '" and _value_str("") == "''" and _value_str("x") == "x"  # no invisible values
+    assert value_str(" ") == "' '" and value_str("") == "''" and value_str("x") == "x"  # no invisible values
     table = table_recall(runs, Context(paper=None, ours=[], baselines=[]))
     md = table.markdown()
     assert "| fallbacks |" in md and "| 6 (60%) |" in md

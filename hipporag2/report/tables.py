@@ -48,7 +48,7 @@ def fmt_delta(x: Optional[float]) -> str:
 # Labels: what distinguishes the runs of a table
 
 
-def _value_str(v: Any) -> str:
+def value_str(v: Any) -> str:
     """A setting as a label shows it: empty or blank strings quoted, so none is invisible."""
     if v is None:
         return "null"
@@ -67,7 +67,7 @@ def varying_keys(runs: Sequence[Run], exclude: Sequence[str] = ()) -> List[str]:
     for k in keys:
         if k in NOT_RESULT_CHANGING or any(k == e or k.startswith(e + ".") for e in exclude):
             continue
-        values = {_value_str(r.settings.get(k)) for r in runs}
+        values = {value_str(r.settings.get(k)) for r in runs}
         if len(values) > 1:
             out.append(k)
     return out
@@ -88,7 +88,7 @@ def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[
     names = [k for k in NAME_ORDER if k in vary] + [k for k in vary if k.endswith(".name") and k not in NAME_ORDER]
 
     def ident(r: Run, k: str) -> str:
-        return str(row_choice[id(r)].get(k)) if k in rows_by else _value_str(r.settings.get(k))
+        return str(row_choice[id(r)].get(k)) if k in rows_by else value_str(r.settings.get(k))
 
     groups: Dict[Tuple, List[Run]] = {}
     for r in runs:
@@ -97,21 +97,21 @@ def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[
     for k in vary:
         if k in names:
             continue
-        implied = (names or rows_by) and all(len({_value_str(r.settings.get(k)) for r in g}) == 1 for g in groups.values())
+        implied = (names or rows_by) and all(len({value_str(r.settings.get(k)) for r in g}) == 1 for g in groups.values())
         if not implied:
             others.append(k)
-    modal = {k: Counter(_value_str(r.settings.get(k)) for r in runs).most_common(1)[0][0] for k in others}
+    modal = {k: Counter(value_str(r.settings.get(k)) for r in runs).most_common(1)[0][0] for k in others}
 
     def label(run: Run) -> str:
         parts = [ident(run, k) for k in rows_by]
         for k in names:
             if k == "embedding.name" and not run.uses_embedding:
                 continue
-            parts.append(_value_str(run.settings.get(k)))
+            parts.append(value_str(run.settings.get(k)))
         for k in others:
             if k.startswith("embedding.") and not run.uses_embedding:
                 continue
-            v = _value_str(run.settings.get(k))
+            v = value_str(run.settings.get(k))
             if v != modal[k]:
                 parts.append(f"{k.split('.')[-1]}={v}")
         text = " / ".join(parts) if parts else run.method
@@ -308,7 +308,7 @@ def _dense_baseline(run: Run, pool: Sequence[Run]) -> Optional[Run]:
     same_data = [
         b for b in pool
         if b.get("retrieval.method", b.method) == "dense" and b.dataset == run.dataset and b.data_hashes == run.data_hashes
-        and all(_value_str(b.get(k)) == _value_str(run.get(k)) for k in DATA_KEYS)
+        and all(value_str(b.get(k)) == value_str(run.get(k)) for k in DATA_KEYS)
     ]
     same_emb = [b for b in same_data if b.embedding == run.embedding]
     pick = same_emb or same_data
