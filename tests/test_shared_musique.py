@@ -169,7 +169,12 @@ class _CannedServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # The client keeps llm.max_concurrency (8) requests in flight; socketserver's
+            # default listen backlog of 5 made the kernel reset one now and then.
+            request_queue_size = 64
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
