@@ -212,11 +212,9 @@ def synonym_arrays(
         return SynonymPairs(empty, empty.copy(), np.zeros(0, dtype=np.float32))
     if query_rows is None:
         return tiled_synonym_arrays(phrases, embeddings, threshold, top_k, max_neighbours, block_size, progress)
-    is_query = query_mask(phrases)
-    if query_rows is not None:
-        chosen = np.zeros(n, dtype=bool)
-        chosen[np.asarray(query_rows, dtype=np.int64)] = True
-        is_query &= chosen
+    chosen = np.zeros(n, dtype=bool)
+    chosen[np.asarray(query_rows, dtype=np.int64)] = True
+    is_query = query_mask(phrases) & chosen
     empty_phrase = np.array([p == "" for p in phrases], dtype=bool)
     q, c, s = knn_candidates(embeddings, np.nonzero(is_query)[0], threshold, block_size=block_size, progress=progress)
     return SynonymPairs(*cap_per_query(q, c, s, empty_phrase, min(top_k, n), max_neighbours))
