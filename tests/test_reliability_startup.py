@@ -157,3 +157,22 @@ def test_a_malformed_filter_program_is_one_line_before_work(shared_data, tmp_pat
         assert "Traceback" not in out.stderr and len(lines) <= 4, out.stderr[-3000:]
         assert lines[-1].startswith(f"error: {module}: cannot read it as Python source"), lines[-1]
         assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["+retrieval.dampng=0.3"], "unknown key 'retrieval.dampng' (did you mean 'retrieval.damping'?)"),
+    (["retrieval.ppr_solver=batchd"], "retrieval.ppr_solver='batchd' is not one of ['prpack', 'batched']; did you mean 'batched'?"),
+    (["retrieval.damping=0.5"], "the swept settings are given by --damping / --passage-node-weight"),
+])
+def test_sweep_bad_config_stops_before_any_work(shared_data, tmp_path, bad, says):
+    """`hipporag2-sweep` checks its command line as `hipporag2` does."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    args = ["--damping", "0.5", "--passage-node-weight", "0.05", "--out", str(tmp_path / "sweep"),
+            *bad, *_musique(shared_data, tmp_path), "retrieval=hipporag2_no_filter"]
+    out = subprocess.run([sys.executable, "-m", "hipporag2.sweep", *args], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(lines) <= 4 and lines[-1].startswith("error: ") and says in lines[-1], lines
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "sweep").exists()
