@@ -13,7 +13,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
 TMP_MARK = ".tmp-"
 
@@ -156,3 +156,46 @@ def crash_now() -> None:
 def crash_point(name: str) -> None:
     if crash_hit(name):
         crash_now()
+
+
+# ---- append-only checkpoint files ---------------------------------------------------
+
+
+def read_checkpoint_lines(path: Path | str, header: Any, accept: Callable[[Any, int], Optional[list]]) -> Optional[list]:
+    """The items of an append-only JSONL checkpoint (a header line, then one line per
+    finished piece of work, each appended with flush + fsync).
+
+    Lines are read while each parses and `accept(obj, items_so_far)` returns its items
+    (None stops): a line torn by a kill mid-write, or one of another run, ends the
+    read and the file is cut back to what was accepted. Returns None, having removed
+    the file, when it is absent or its header is not `header`."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    items: list = []
+    good_bytes, ok = 0, False
+    for n, line in enumerate(lines[:-1]):  # what follows the last newline is torn
+        try:
+            obj = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            break
+        if n == 0:
+            if obj != header:
+                break
+            ok = True
+        else:
+            got = accept(obj, len(items)) if isinstance(obj, dict) else None
+            if got is None:
+                break
+            items.extend(got)
+        good_bytes += len(line) + 1
+    if not ok:
+        path.unlink(missing_ok=True)
+        return None
+    with open(path, "r+b") as f:  # drop a torn or foreign tail
+        f.truncate(good_bytes)
+        f.flush()
+        os.fsync(f.fileno())
+    return items

@@ -312,36 +312,19 @@ class RetrievalCheckpoint:
 
     def resume(self) -> int:
         """Load finished blocks; returns the number of queries already done."""
-        if not self.path.is_file():
+        def accept(obj, start: int):
+            block = obj.get("rows")
+            if obj.get("start") != start or not isinstance(block, list) or \
+                    [r.get("id") for r in block] != self.ids[start : start + len(block)]:
+                return None
+            return [_result_of(r) for r in block]
+
+        existed = self.path.is_file()
+        results = atomicio.read_checkpoint_lines(self.path, self._header(), accept)
+        if results is None:
+            if existed:
+                log.info("retrieval checkpoint %s is from other settings or data; starting retrieval over", self.path)
             return 0
-        good_bytes, results = 0, []
-        with open(self.path, "rb") as f:
-            lines = f.read().split(b"\n")
-        ok = False
-        for n, line in enumerate(lines[:-1]):  # the part after the last newline is torn
-            try:
-                obj = json.loads(line)
-            except (ValueError, UnicodeDecodeError):
-                break
-            if n == 0:
-                if obj != self._header():
-                    log.info("retrieval checkpoint %s is from other settings or data; starting retrieval over", self.path)
-                    break
-                ok = True
-            else:
-                block = obj.get("rows") if isinstance(obj, dict) else None
-                start = len(results)
-                if obj.get("start") != start or not isinstance(block, list) or [r.get("id") for r in block] != self.ids[start : start + len(block)]:
-                    break
-                results.extend(_result_of(r) for r in block)
-            good_bytes += len(line) + 1
-        if not ok:
-            self.path.unlink(missing_ok=True)
-            return 0
-        with open(self.path, "r+b") as f:  # drop a torn or foreign tail
-            f.truncate(good_bytes)
-            f.flush()
-            os.fsync(f.fileno())
         self.results = results
         if results:
             log.info("retrieval checkpoint %s: %d of %d queries already done, resuming", self.path, len(results), len(self.ids))

@@ -40,38 +40,19 @@ class QACheckpoint:
 
     def resume(self) -> List[ChatResponse]:
         """The replies of the finished chunks, in question order (a prefix of the questions)."""
-        if not self.path.is_file():
+        def accept(obj, start: int):
+            rows = obj.get("rows")
+            if obj.get("start") != start or not isinstance(rows, list) or \
+                    [r.get("key") for r in rows] != self.keys[start : start + len(rows)]:
+                return None
+            return [ChatResponse(r["text"], int(r["input_tokens"]), int(r["output_tokens"]), True, r.get("error")) for r in rows]
+
+        existed = self.path.is_file()
+        done = atomicio.read_checkpoint_lines(self.path, self._header(), accept)
+        if done is None:
+            if existed:
+                log.info("QA checkpoint %s is of other questions, passages or settings; answering from the start", self.path)
             return []
-        with open(self.path, "rb") as f:
-            lines = f.read().split(b"\n")
-        done: List[ChatResponse] = []
-        good_bytes, ok = 0, False
-        for n, line in enumerate(lines[:-1]):  # what follows the last newline is torn
-            try:
-                obj = json.loads(line)
-            except (ValueError, UnicodeDecodeError):
-                break
-            if n == 0:
-                if obj != self._header():
-                    log.info("QA checkpoint %s is of other questions, passages or settings; answering from the start", self.path)
-                    break
-                ok = True
-            else:
-                rows = obj.get("rows") if isinstance(obj, dict) else None
-                start = len(done)
-                if obj.get("start") != start or not isinstance(rows, list) or \
-                        [r.get("key") for r in rows] != self.keys[start : start + len(rows)]:
-                    break
-                done.extend(ChatResponse(r["text"], int(r["input_tokens"]), int(r["output_tokens"]), True, r.get("error"))
-                            for r in rows)
-            good_bytes += len(line) + 1
-        if not ok:
-            self.path.unlink(missing_ok=True)
-            return []
-        with open(self.path, "r+b") as f:  # drop a torn or foreign tail
-            f.truncate(good_bytes)
-            f.flush()
-            os.fsync(f.fileno())
         if done:
             log.info("QA checkpoint %s: %d of %d questions already answered, resuming", self.path, len(done), len(self.keys))
         return done
