@@ -157,9 +157,9 @@ class QAConfig:
     # Which `Answer:` marker counts: reference (the text between the first marker and the
     # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
     answer_marker: str = "reference"
-    # Questions per LLM call. Each call's answers enter the response cache when it
-    # returns, so a QA stage killed part-way asks only the unfinished chunks again
-    # (the vLLM backend answers a call as one batch).
+    # Most questions per reader call; calls shrink so that one takes about
+    # checkpoint_s, and each finished call is appended to the run's qa.partial.jsonl,
+    # so a QA stage interrupted part-way asks only the unfinished questions again.
     chunk_size: int = 256
 
 
@@ -179,8 +179,9 @@ class Config:
     recall_k: List[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 50, 100, 200])
     progress: bool = True
     seed: int = 0
-    # Longest stretch of OpenIE or embedding work (seconds) that an interrupt can lose:
-    # those stages checkpoint at least this often (and every few thousand rows).
+    # Longest stretch of OpenIE, embedding or QA work (seconds) that an interrupt can
+    # lose: those stages checkpoint at least this often (and every few hundred or
+    # thousand items).
     checkpoint_s: float = 30.0
 
 

@@ -102,14 +102,14 @@ KEY_HELP: Dict[str, str] = {
     "qa.qa_top_k": "passages given to the reader (5)",
     "qa.answer_format": "reader reply format: marker (ends with Answer: ..., the paper's) | json ({\"answer\": ...})",
     "qa.answer_marker": "which Answer: marker counts: reference (first, as the reference) | last",
-    "qa.chunk_size": "questions per reader call (each call's answers are cached when it returns)",
+    "qa.chunk_size": "most questions per reader call and QA checkpoint (256; smaller when a call takes longer than checkpoint_s)",
     "data_dir": "folder of the dataset files",
     "run_dir": "folder of this run's files (default: named by a hash of the overrides)",
     "cache_dir": "shared content-addressed artefacts: OpenIE, embeddings, indexes, LLM answers",
     "recall_k": "cut-offs of recall@k",
     "progress": "progress bars",
     "seed": "random seed",
-    "checkpoint_s": "longest stretch of OpenIE or embedding work (s) an interrupt can lose (30)",
+    "checkpoint_s": "longest stretch of OpenIE, embedding or QA work (s) an interrupt can lose (30)",
 }
 
 # Keys that change how a run works, not its numbers: left out of report labels.
