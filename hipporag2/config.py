@@ -77,6 +77,10 @@ class OpenIEConfig:
     ner_max_new_tokens: Optional[int] = None
     triples_max_new_tokens: Optional[int] = None
     chunk_size: Optional[int] = None
+    # How NER and triple replies are read: reference (the reference's regular expression
+    # and literal reading, a reply cut at the token limit closed first) | lenient
+    # (hipporag2/openie/parse.py: fences, Python style, bare lists, truncation repair).
+    parse: str = "reference"
 
 
 @dataclass
@@ -125,6 +129,12 @@ class RetrievalConfig:
     node_specificity: bool = True
     # Ablation: seed only the top-k passages by dense score (None = every passage).
     passage_seed_top_k: Optional[int] = None
+    # HippoRAG 1 (method=hipporag1) only: legacy (as the legacy v1 code scores: passage
+    # score through its facts, docs_to_facts . facts_to_phrases . ppr then min-max;
+    # query entities normalised like phrases; no entity -> uniform scores) | spec
+    # (SPEC §4: phrase PPR mass through the phrase x passage matrix; entities as the
+    # NER returns them; no entity -> dense fallback).
+    v1_scoring: str = "legacy"
     # registry.PPR_SOLVERS: prpack (reference, one igraph call per query), batched, ...
     ppr_solver: str = "prpack"
     # How many queries to solve at once with a batched solver.
