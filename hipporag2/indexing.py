@@ -119,6 +119,7 @@ def assemble_index(
         phrases=content.phrases,
         facts=content.facts,
         phrase_passages=content.phrase_passages,
+        passage_facts=content.passage_facts,
         edges=edges,
         stats=stats.as_dict(),
         passage_emb=passage_emb,

@@ -19,6 +19,7 @@ from hipporag2.graph.triples import (
     Triple,
     TripleStats,
     clean_triples,
+    passage_facts,
     phrase_nodes,
     phrase_passages,
     unique_facts,
@@ -61,6 +62,8 @@ class IndexContent:
     facts: List[Triple]
     phrase_passages: List[List[int]]
     triple_stats: TripleStats = field(default_factory=TripleStats)
+    # each passage's distinct facts (indices into `facts`): HippoRAG 1's legacy scoring
+    passage_facts: List[List[int]] = field(default_factory=list)
 
     @property
     def phrase_index(self) -> Dict[str, int]:
@@ -91,13 +94,15 @@ def content_of(passages: Sequence[str], cleaned: Sequence[CleanTriples]) -> Inde
     chunk_triples = [c.triples for c in cleaned]
     phrases = phrase_nodes(chunk_triples)
     index = {p: i for i, p in enumerate(phrases)}
+    facts = unique_facts(chunk_triples)
     return IndexContent(
         passages=list(passages),
         chunk_triples=chunk_triples,
         phrases=phrases,
-        facts=unique_facts(chunk_triples),
+        facts=facts,
         phrase_passages=phrase_passages(chunk_triples, index),
         triple_stats=stats,
+        passage_facts=passage_facts(chunk_triples, facts),
     )
 
 
