@@ -8,6 +8,7 @@
     report = rag.rag_qa(results, gold_answers=[["..."]])   # needs an llm=...
     rag.index(more_docs)                 # insert: only the new passages are processed
     rag.delete(some_docs)
+    rag.close()                          # or: with HippoRAG(...) as rag: ...
 
 Shaped like the reference implementation's class so its users switch with few edits.
 Settings are the CLI's: `overrides` are the same Hydra override strings, validated
@@ -83,10 +84,40 @@ class HippoRAG:
         self._index = None
         self._synonyms = None
         self._cleaned = None  # cleaned triples by passage, kept in memory for the next insert
+        self._content = None  # the index's IndexContent, likewise (an insert extends it)
         self._extractions: Dict[str, Any] = {}
         self.last_update = None  # UpdateStats of the latest insert/delete (synonym KNN work)
+        self.closed = False
         if (self.save_dir / STATE_FILE).is_file():
             self._load()
+
+    # ---- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the LLM (a vLLM engine's worker processes, which would otherwise keep
+        the interpreter from exiting; a local model's weights), its response cache, the
+        encoder and the memory-mapped index files. The index on disk is complete after
+        every `index`/`delete`, so nothing is written here. Idempotent; the object is
+        unusable afterwards (reopen `save_dir` to continue)."""
+        if self.closed:
+            return
+        self.closed = True
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.release()
+        self._retriever = self._store = self._index = None
+        self._synonyms = self._cleaned = self._content = None
+        self._extractions = {}
+
+    def __enter__(self) -> "HippoRAG":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ConfigError(f"HippoRAG({str(self.save_dir)!r}) is closed: open the save_dir again to use it")
 
     # ---- state ---------------------------------------------------------------------
 
@@ -168,6 +199,7 @@ class HippoRAG:
 
     def store(self):
         """The embedding cache of the configured encoder (the encoder loads on first miss)."""
+        self._check_open()
         if self._store is None:
             from hipporag2.embed.store import open_store
 
@@ -179,6 +211,7 @@ class HippoRAG:
     def index(self, docs: Sequence[str]) -> int:
         """Index passage strings; passages already indexed are skipped, so calling it
         again with more passages inserts them. Returns how many were added."""
+        self._check_open()
         docs = _check_docs(docs, "index")
         have = set(self.passages)
         new = [d for d in dict.fromkeys(docs) if d not in have]
@@ -198,6 +231,7 @@ class HippoRAG:
     def delete(self, docs: Sequence[str]) -> int:
         """Remove passages, and the phrases and facts no remaining passage supports.
         Passages not in the index are ignored. Returns how many were removed."""
+        self._check_open()
         docs = set(_check_docs(docs, "delete", allow_empty=True))
         remaining = [p for p in self.passages if p not in docs]
         removed = len(self.passages) - len(remaining)
@@ -217,7 +251,7 @@ class HippoRAG:
         settings = self._settings()
         previous = None
         if self._index is not None and self._synonyms is not None:
-            previous = Previous(self._index.phrases, self._synonyms, self._cleaned, self._index)
+            previous = Previous(self._index.phrases, self._synonyms, self._cleaned, self._index, self._content)
         split = [passage_of_string(p, i) for i, p in enumerate(passages)]
         asm = assemble_index(
             passages, [p.title for p in split], list(range(len(passages))), self._extractions,
@@ -225,12 +259,14 @@ class HippoRAG:
             previous=previous, graph=self.needs_graph,
         )
         self._index, self._synonyms, self._cleaned, self.last_update = asm.index, asm.synonyms, asm.cleaned, asm.update
+        self._content = asm.content
         self._retriever = None
         self._save(settings)
 
     # ---- retrieval and QA ----------------------------------------------------------
 
     def _get_retriever(self):
+        self._check_open()
         if self._index is None:
             raise ConfigError(f"{self.save_dir} has no index yet: call index(docs) first")
         if self._retriever is None:
@@ -265,6 +301,7 @@ class HippoRAG:
         from hipporag2.evaluate.metrics import exact_match, mean_recall, token_f1
         from hipporag2.qa.reader import answer_questions
 
+        self._check_open()
         results = [q if isinstance(q, QueryResult) else None for q in queries]
         todo = [q for q in queries if not isinstance(q, QueryResult)]
         if todo:

@@ -17,7 +17,7 @@ import numpy as np
 from hipporag2.config import GraphConfig
 from hipporag2.data.loaders import Corpus
 from hipporag2.embed.store import EmbeddingStore
-from hipporag2.graph.build import CleanTriples, build_edges, clean_passage, content_of
+from hipporag2.graph.build import CleanTriples, IndexContent, build_edges, clean_passage, content_of, extend_content
 from hipporag2.graph.store import Index
 from hipporag2.graph.update import Pairs, UpdateStats, empty_pairs, update_synonyms
 from hipporag2.openie.interchange import Extraction
@@ -36,6 +36,9 @@ class Previous:
     cleaned: Optional[Dict[str, CleanTriples]] = None
     # The previous index: its embedding rows are reused for unchanged texts.
     index: Optional[Index] = None
+    # The previous index's content (phrases, facts, endpoint arrays): an insert that only
+    # appends passages extends it instead of recomputing it over every passage.
+    content: Optional[IndexContent] = None
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Assembled:
     synonyms: Pairs  # (query, neighbour, score) over index.phrases, for the next update
     cleaned: Dict[str, CleanTriples]
     update: Optional[UpdateStats] = None
+    content: Optional[IndexContent] = None  # for the next update (`Previous.content`)
 
 
 def _rows(store: EmbeddingStore, texts: Sequence[str], old_texts: Optional[Sequence[str]], old_rows: Optional[np.ndarray],
@@ -62,6 +66,30 @@ def _rows(store: EmbeddingStore, texts: Sequence[str], old_texts: Optional[Seque
     out[have] = old_rows[pos[have]]
     if fresh.size:
         out[fresh] = store.embed([texts[i] for i in fresh], desc=desc, progress=progress)
+    return out
+
+
+def _extend_rows(store: EmbeddingStore, texts: Sequence[str], old_rows: np.ndarray, old_at: np.ndarray,
+                 desc: str, progress: bool) -> np.ndarray:
+    """Embeddings of `texts` when row `old_at[i]` holds the previous index's row i (an
+    insert: the positions are known, no text is looked up); only the others come from
+    the store."""
+    old_rows = np.asarray(old_rows)
+    if old_rows.shape[1] == 0 and len(old_at):
+        return store.embed(texts, desc=desc, progress=progress)
+    fresh = np.ones(len(texts), dtype=bool)
+    fresh[old_at] = False
+    fresh_at = np.nonzero(fresh)[0]
+    new = store.embed([texts[i] for i in fresh_at], desc=desc, progress=progress) if fresh_at.size else None
+    dim = old_rows.shape[1] if len(old_at) else (new.shape[1] if new is not None else store.dim)
+    out = np.empty((len(texts), dim), dtype=np.float32)
+    if len(old_at):
+        if np.array_equal(old_at, np.arange(len(old_at))):  # a prefix (passages, facts)
+            out[: len(old_at)] = old_rows
+        else:
+            out[old_at] = old_rows
+    if new is not None:
+        out[fresh_at] = new
     return out
 
 
@@ -88,14 +116,28 @@ def assemble_index(
         else:
             ex = extractions.get(passage_id(p)) if graph else None
             cleaned[p] = clean_passage(ex.triples if ex is not None else [], cfg)
-    content = content_of(passages, [cleaned[p] for p in passages])
+    prev_content = previous.content if previous is not None and graph else None
+    old_to_new = None
+    if (prev_content is not None and len(passages) >= len(prev_content.passages)
+            and passages[: len(prev_content.passages)] == prev_content.passages):
+        n_old = len(prev_content.passages)
+        content, old_to_new = extend_content(prev_content, passages[n_old:], [cleaned[p] for p in passages[n_old:]])
+    else:
+        content = content_of(passages, [cleaned[p] for p in passages])
     if graph:
         log.info(
             "OpenIE content: %d passages, %d phrases, %d facts (%d raw triples, %d kept)",
             len(passages), len(content.phrases), len(content.facts), content.triple_stats.raw, content.triple_stats.kept,
         )
-    if store is not None:
-        old = previous.index if previous is not None else None
+    old = previous.index if previous is not None else None
+    if store is not None and old is not None and old_to_new is not None:
+        # appended passages: old passages and facts are prefixes, old phrases sit at old_to_new
+        passage_emb = _extend_rows(store, passages, old.passage_emb, np.arange(old.n_passages), "embed passages", progress)
+        phrase_emb = _extend_rows(store, content.phrases, old.phrase_emb, old_to_new, "embed phrases", progress)
+        texts = [None] * len(old.facts) + [fact_string(f) for f in content.facts[len(old.facts):]]
+        fact_emb = _extend_rows(store, texts, old.fact_emb, np.arange(len(old.facts)), "embed facts", progress)
+        dim = passage_emb.shape[1]
+    elif store is not None:
         passage_emb = _rows(store, passages, old.passages if old else None, old.passage_emb if old else None, "embed passages", progress)
         phrase_emb = _rows(store, content.phrases, old.phrases if old else None, old.phrase_emb if old else None, "embed phrases", progress)
         fact_emb = _rows(store, [fact_string(f) for f in content.facts], [fact_string(f) for f in old.facts] if old else None,
@@ -109,7 +151,7 @@ def assemble_index(
     if graph and cfg.synonym_edges and content.phrases:
         synonyms, update = update_synonyms(
             previous.phrases if previous is not None else [], previous.synonyms if previous is not None else None,
-            content.phrases, phrase_emb, cfg, progress=progress,
+            content.phrases, phrase_emb, cfg, progress=progress, is_query=content.query_mask(),
         )
     edges, stats = build_edges(content, phrase_emb, cfg, progress=progress, synonyms=synonyms)
     index = Index(
@@ -125,7 +167,7 @@ def assemble_index(
         phrase_emb=phrase_emb if content.phrases else np.zeros((0, dim), np.float32),
         fact_emb=fact_emb if content.facts else np.zeros((0, dim), np.float32),
     )
-    return Assembled(index, synonyms, cleaned, update)
+    return Assembled(index, synonyms, cleaned, update, content)
 
 
 def build_index(
