@@ -146,3 +146,36 @@ def test_close_releases_the_llm_and_the_files(world, tmp_path):
     again = HippoRAG(tmp_path / "closing", llm_overrides)
     assert _same(again, scratch) and again.index(PASSAGES) == 0
     again.close()
+
+
+def test_insert_and_delete_after_reopening_write_only_what_changed(world, tmp_path):
+    """Each step in a fresh HippoRAG on the save_dir: an insert reads no old OpenIE
+    (it extends the saved content), adds one OpenIE file and one segment of embedding
+    rows beside the hard-linked old ones, and gives the from-scratch index; a delete
+    gives the index that never had the passages."""
+    import json
+    import os
+
+    root, overrides, scratch = world
+    save = tmp_path / "steps"
+    HippoRAG(save, overrides).index(PASSAGES[:4])
+    first = os.stat(save / "index" / "fact_emb.npy").st_ino
+    rag = HippoRAG(save, overrides)
+    assert rag.index(PASSAGES) == 3 and _same(rag, scratch)
+    assert set(rag.last_timings) >= {"openie", "content", "embedding rows", "synonym KNN", "edges", "save"}
+    state = json.loads((save / "hipporag2_index.json").read_text())
+    assert state["openie_files"] == ["openie.json", "openie.2.json"]
+    assert len(json.loads((save / "openie.2.json").read_text())["docs"]) == 3
+    manifest = json.loads((save / "index" / "manifest.json").read_text())
+    assert manifest["rows"]["fact"]["segments"] == ["fact_emb.npy", "fact_emb.s1.npy"]
+    assert os.stat(save / "index" / "fact_emb.npy").st_ino == first  # linked, not written again
+    again = HippoRAG(save, overrides)
+    assert _same(again, scratch) and again.passages == PASSAGES
+    assert [r.docs for r in again.retrieve(QUESTIONS, 7)] == [r.docs for r in scratch.retrieve(QUESTIONS, 7)]
+    small = HippoRAG(tmp_path / "small", overrides)
+    small.index(PASSAGES[:4])
+    assert again.delete(PASSAGES[4:]) == 3 and _same(again, small)
+    assert json.loads((save / "hipporag2_index.json").read_text())["openie_files"] == ["openie.json"]
+    assert not (save / "openie.2.json").exists()
+    reopened = HippoRAG(save, overrides)
+    assert _same(reopened, small) and reopened.index(PASSAGES) == 3 and _same(reopened, scratch)

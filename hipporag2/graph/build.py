@@ -57,7 +57,9 @@ class IndexContent:
     """What OpenIE contributes to the index, before any embedding."""
 
     passages: List[str]
-    chunk_triples: List[List[Triple]]
+    # None for a content read back from a save_dir (`indexing.content_of_index`): an
+    # insert needs only `pairs`, the triples themselves stay in the OpenIE files
+    chunk_triples: Optional[List[List[Triple]]]
     phrases: List[str]
     facts: List[Triple]
     phrase_passages: List[List[int]]
@@ -146,7 +148,7 @@ def extend_content(old: IndexContent, passages: Sequence[str], cleaned: Sequence
             spec[i].append(n_old + j)
     content = IndexContent(
         passages=list(old.passages) + list(passages),
-        chunk_triples=list(old.chunk_triples) + added,
+        chunk_triples=None if old.chunk_triples is None else list(old.chunk_triples) + added,
         phrases=phrases,
         facts=list(dict.fromkeys([*old.facts, *(t for triples in added for t in triples)])),
         phrase_passages=spec,  # type: ignore[arg-type]
@@ -255,9 +257,9 @@ def build_edges(
         triples_wrong_length=content.triple_stats.wrong_length,
         triples_duplicate=content.triple_stats.duplicates,
         triples_non_string=content.triple_stats.non_string,
-        passages_without_triples=sum(1 for t in content.chunk_triples if not t),
     )
-    subj, obj, owner, _ = passage_phrase_pairs(content)
+    subj, obj, owner, lengths = passage_phrase_pairs(content)
+    stats.passages_without_triples = int((lengths == 0).sum())
 
     def key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if cfg.double_edges:
