@@ -65,6 +65,7 @@ def load() -> float:
 def child_build(scale: float, folder: str) -> dict:
     from benchmarks.synthetic_index import Timed, build_synthetic_index
     from hipporag2.graph.store import save_index
+    from hipporag2.retrieve.ppr import default_block_size
     from hipporag2.retrieve.ppr_store import prepared_graph
 
     timed = Timed()
@@ -73,8 +74,10 @@ def child_build(scale: float, folder: str) -> dict:
     index = build_synthetic_index(scale, timed=timed)
     timed.run("save_index", save_index, index, Path(folder) / "index")
     e = index.edges
+    # the block size the retriever's solver will pick, so that the query runs load this preparation
+    block = default_block_size(e)
     timed.run("PPR preparation (operator, components, spectral interval; saved)", prepared_graph,
-              e.n_vertices, e.source, e.target, e.weight, 32, index.path / "ppr")
+              e.n_vertices, e.source, e.target, e.weight, block, index.path / "ppr")
     return {"stages": timed.stages, "total": time.perf_counter() - t0, "peak_rss_mb": rss_mb(), "stats": index.stats,
             "load": [load0, load()]}
 
@@ -91,8 +94,12 @@ def child_memory(folder: str, n_queries: int) -> dict:
     from hipporag2.graph.store import load_index
     from hipporag2.retrieve.graph_retriever import GraphRetriever
 
+    from hipporag2.mapped_pages import release_rows
+
     index = load_index(Path(folder) / "index")
     queries, vectors = synthetic_queries(index, n_queries)
+    # making the synthetic queries read fact rows; a real run's encoder does not
+    release_rows(index.fact_emb, 0, len(index.fact_emb))
     store = QueryVectors(queries, vectors)
     del vectors
     before = rss_mb()
@@ -100,6 +107,27 @@ def child_memory(folder: str, n_queries: int) -> dict:
     for s in range(0, len(queries), BLOCK):
         retriever.retrieve(queries[s : s + BLOCK])
     return {"peak_rss_mb": rss_mb(), "rss_before_retriever_mb": before, "raw_index_mb": _raw_bytes(index) / 2**20}
+
+
+def child_baseline() -> dict:
+    """Peak RSS of an interpreter that imports what a batched query run imports and loads
+    the compiled kernels (numba's disk cache), with no index: what no retriever can save."""
+    import numpy as np
+
+    from hipporag2.graph.store import load_index  # noqa: F401
+    from hipporag2.retrieve.graph_retriever import GraphRetriever  # noqa: F401
+    from hipporag2.retrieve.ppr import BatchedSolver
+
+    # a tiny solve loads every kernel a query uses
+    ring = np.arange(8)
+    from hipporag2.graph.build import GraphEdges
+
+    edges = GraphEdges(8, ring, (ring + 1) % 8, np.ones(8), np.zeros(8, dtype=np.int8))
+    BatchedSolver.from_edges(edges).solve(np.eye(8)[:2], 0.5)
+    from hipporag2.retrieve.scoring import min_max_top_k
+
+    min_max_top_k(np.random.default_rng(0).random((2, 50), dtype=np.float32), 5)
+    return {"baseline_rss_mb": rss_mb()}
 
 
 class TimedSolver:
@@ -229,39 +257,68 @@ def per_query(blocks, side, stage):
     return statistics.median(b[side][stage] / b[key] for b in blocks)
 
 
-def report(scale, build, query, memory) -> list[str]:
-    stats = build["stats"]
-    lines = [f"### Scale {scale}: {stats['passage_nodes']:,} passages, {stats['phrase_nodes']:,} phrases, "
-             f"{query['n_facts']:,} facts, {query['n_edges']:,} edges ({stats['synonym_edges']:,} synonym)", ""]
-    lines += ["(a) per query, median over blocks of 256 (prpack on every "
-              f"{query['blocks'][0]['n'] // max(1, query['blocks'][0]['n_ref'])}th query of each block); load average per block: "
-              + ", ".join(f"{b['load']:.1f}" for b in query["blocks"]), "",
-              "| stage | batched ms | prpack ms | ratio |", "| --- | ---: | ---: | ---: |"]
-    for stage in query["blocks"][0]["ours"]:
-        o, r = per_query(query["blocks"], "ours", stage) * 1e3, per_query(query["blocks"], "ref", stage) * 1e3
-        bold = "**" if stage.startswith("whole") else ""
-        lines.append(f"| {bold}{stage}{bold} | {o:.2f} | {r:.2f} | {bold}{r / o:.1f}x{bold} |")
-    n_q = sum(b["n"] for b in query["blocks"])
-    lines += [
-        f"| set-up: index load (checksums, mmap) | {query['load_index'] * 1e3:.0f} (once) | same | |",
-        f"| set-up: retriever (batched: preparation loaded; prpack: igraph graph built) | {query['setup']['batched'] * 1e3:.0f} (once) | {query['setup']['prpack'] * 1e3:.0f} (once) | |",
-        f"| prpack per call on random synonym pairs (`synthetic_graph`, same scale) | | {query['random_prpack_s'] * 1e3:.1f} | |",
-        "",
-        f"Rankings (top-{TOP}) of the {query['compared']} prpack queries against batched: "
-        f"{query['exact']}/{query['compared']} identical, {query['agree']}/{query['compared']} up to near-ties (1e-12 x top score). "
-        f"{n_q} batched queries in all.",
-        "",
-        "(b) index build after OpenIE and encoding, per stage "
-        f"(load average {build['load'][0]:.1f} before / {build['load'][1]:.1f} after):", "",
-        "| stage | s |", "| --- | ---: |",
-    ]
-    lines += [f"| {k} | {v:.2f} |" for k, v in build["stages"].items()]
-    lines += [f"| **total (all of the above)** | **{build['total']:.1f}** |",
-              f"| peak RSS of the build | {build['peak_rss_mb']:.0f} MB |", "",
-              f"(m) memory, batched only, {n_q} queries: peak RSS {memory['peak_rss_mb']:.0f} MB = "
-              f"**{memory['peak_rss_mb'] / memory['raw_index_mb']:.2f}x** the raw index arrays ({memory['raw_index_mb']:.0f} MB: "
-              f"embeddings + edges); {memory['rss_before_retriever_mb']:.0f} MB before the retriever was made "
-              "(interpreter, libraries, index loaded).", ""]
+def spread(values, fmt="{:.1f}") -> str:
+    """'median (min-max, n runs)' of repeated measurements, or the one value."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))}, {len(values)} runs)"
+
+
+def report(scale, build, queries, memories) -> list[str]:
+    """Markdown for one scale: (a) per query, one table per repeat plus the spread of the
+    whole-query ratio; (b) the build; (m) memory per repeat."""
+    stats = build["stats"] if build else None
+    q0 = queries[0] if queries else None
+    lines = []
+    if stats and q0:
+        lines += [f"### Scale {scale}: {stats['passage_nodes']:,} passages, {stats['phrase_nodes']:,} phrases, "
+                  f"{q0['n_facts']:,} facts, {q0['n_edges']:,} edges ({stats['synonym_edges']:,} synonym)", ""]
+    else:
+        lines += [f"### Scale {scale}", ""]
+    ratios, ppr_ratios = [], []
+    for rep, query in enumerate(queries):
+        lines += [f"(a) run {rep + 1}: per query, median over blocks of 256 (prpack on every "
+                  f"{query['blocks'][0]['n'] // max(1, query['blocks'][0]['n_ref'])}th query of each block); "
+                  f"started {query.get('started', '?')}; load average per block: "
+                  + ", ".join(f"{b['load']:.1f}" for b in query["blocks"]), "",
+                  "| stage | batched ms | prpack ms | ratio |", "| --- | ---: | ---: | ---: |"]
+        for stage in query["blocks"][0]["ours"]:
+            o, r = per_query(query["blocks"], "ours", stage) * 1e3, per_query(query["blocks"], "ref", stage) * 1e3
+            bold = "**" if stage.startswith("whole") else ""
+            lines.append(f"| {bold}{stage}{bold} | {o:.2f} | {r:.2f} | {bold}{r / o:.1f}x{bold} |")
+            if stage.startswith("whole"):
+                ratios.append(r / o)
+            if stage == "PPR":
+                ppr_ratios.append(r / o)
+        n_q = sum(b["n"] for b in query["blocks"])
+        lines += [
+            f"| set-up: index load (checksums, mmap) | {query['load_index'] * 1e3:.0f} (once) | same | |",
+            f"| set-up: retriever (batched: preparation loaded; prpack: igraph graph built) | {query['setup']['batched'] * 1e3:.0f} (once) | {query['setup']['prpack'] * 1e3:.0f} (once) | |",
+            f"| prpack per call on random synonym pairs (`synthetic_graph`, same scale) | | {query['random_prpack_s'] * 1e3:.1f} | |",
+            "",
+            f"Rankings (top-{TOP}) of the {query['compared']} prpack queries against batched: "
+            f"{query['exact']}/{query['compared']} identical, {query['agree']}/{query['compared']} up to near-ties (1e-12 x top score). "
+            f"{n_q} batched queries in all.",
+            ""]
+    if ratios:
+        lines += [f"Whole query after encoding, prpack / batched: **{spread(ratios)}x**; PPR alone {spread(ppr_ratios)}x.", ""]
+    if build:
+        lo = build["load"] if isinstance(build["load"], list) else [build["load"], float("nan")]
+        lines += ["(b) index build after OpenIE and encoding, per stage "
+                  f"(started {build.get('started', '?')}, load average {lo[0]:.1f} before / {lo[1]:.1f} after):", "",
+                  "| stage | s |", "| --- | ---: |"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in build["stages"].items()]
+        lines += [f"| **total (all of the above)** | **{build['total']:.1f}** |",
+                  f"| peak RSS of the build | {build['peak_rss_mb']:.0f} MB |", ""]
+    for rep, memory in enumerate(memories):
+        lines += [f"(m) run {rep + 1}: memory, batched only, {memory.get('queries', '?')} queries (started {memory.get('started', '?')}, "
+                  f"load {memory.get('load_start', float('nan')):.1f}): peak RSS {memory['peak_rss_mb']:.0f} MB = "
+                  f"**{memory['peak_rss_mb'] / memory['raw_index_mb']:.2f}x** the raw index arrays ({memory['raw_index_mb']:.0f} MB: "
+                  f"embeddings + edges); {memory['rss_before_retriever_mb']:.0f} MB before the retriever was made "
+                  "(interpreter, libraries, index loaded)"
+                  + (f"; an interpreter with the same imports and no index: {memory['baseline_rss_mb']:.0f} MB, so the "
+                     f"run's own share is {(memory['peak_rss_mb'] - memory['baseline_rss_mb']) / memory['raw_index_mb']:.2f}x"
+                     if "baseline_rss_mb" in memory else "") + ".", ""]
     return lines
 
 
@@ -269,18 +326,25 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         kind, rest = argv[1], argv[2:]
+        started, l0 = time.strftime("%H:%M:%S"), load()
         if kind == "build":
             res = child_build(float(rest[0]), rest[1])
         elif kind == "query":
             res = child_query(rest[0], int(rest[1]), int(rest[2]), float(rest[3]))
+        elif kind == "baseline":
+            res = child_baseline()
         else:
             res = child_memory(rest[0], int(rest[1]))
+        res.update(started=started, load_start=l0)
         print(json.dumps(res))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scales", default="0.25,0.5,1")
     ap.add_argument("--queries", type=int, default=1024)
-    ap.add_argument("--ref-every", type=int, default=8, help="prpack runs on every k-th query of a block")
+    ap.add_argument("--ref-every", default="8", help="prpack runs on every k-th query of a block; one value, or one per scale")
+    ap.add_argument("--repeats", default="1", help="query and memory runs per scale (one build each); one value or one per scale")
+    ap.add_argument("--parts", default="build,query,memory", help="which children to run (build is reused from --keep)")
+    ap.add_argument("--keep", default=None, help="folder keeping each scale's built index (and its build report) between runs")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     cmd = "python -m benchmarks.bench_query " + " ".join(shlex.quote(a) for a in argv)
@@ -288,24 +352,50 @@ def main(argv=None) -> int:
     import numba
     import scipy
 
+    scales = [float(s) for s in args.scales.split(",")]
+
+    def per_scale(text, cast):
+        vals = [cast(v) for v in str(text).split(",")]
+        return vals if len(vals) == len(scales) else [vals[0]] * len(scales)
+
+    ref_every, repeats = per_scale(args.ref_every, int), per_scale(args.repeats, int)
+    parts = set(args.parts.split(","))
     lines = [f"Command: `{cmd}`", "",
              f"Machine: {platform.machine()}, os.cpu_count()={os.cpu_count()}; Python {platform.python_version()}, numpy {np.__version__}, "
              f"scipy {scipy.__version__}, igraph {igraph.__version__}, numba {numba.__version__}; started {time.strftime('%Y-%m-%d %H:%M:%S')} "
-             f"(load average {os.getloadavg()[0]:.1f})", ""]
-    for scale in [float(s) for s in args.scales.split(",")]:
-        with tempfile.TemporaryDirectory() as folder:
-            print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: build", file=sys.stderr, flush=True)
-            build = in_child("build", scale, folder)
-            print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: query", file=sys.stderr, flush=True)
-            query = in_child("query", folder, args.queries, args.ref_every, scale)
-            print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: memory", file=sys.stderr, flush=True)
-            memory = in_child("memory", folder, args.queries)
-        part = report(scale, build, query, memory)
+             f"(load average {os.getloadavg()[0]:.1f}); children with OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'passive')}", ""]
+    baseline = in_child("baseline") if "memory" in parts else None
+    if baseline:
+        lines += [f"An interpreter with the imports a batched query run makes (numpy, scipy, numba kernels loaded, "
+                  f"the retriever's modules) and no index: peak RSS {baseline['baseline_rss_mb']:.0f} MB.", ""]
+    for scale, every, reps in zip(scales, ref_every, repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(args.keep) / f"scale-{scale:g}" if args.keep else Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            saved = folder / "build.json"
+            build = None
+            if saved.is_file() and (folder / "index").is_dir():
+                build = json.loads(saved.read_text())
+            elif "build" in parts or "query" in parts or "memory" in parts:
+                print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: build", file=sys.stderr, flush=True)
+                build = in_child("build", scale, folder)
+                saved.write_text(json.dumps(build))
+            queries, memories = [], []
+            for rep in range(reps):
+                if "query" in parts:
+                    print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: query {rep + 1}", file=sys.stderr, flush=True)
+                    queries.append(in_child("query", folder, args.queries, every, scale))
+                if "memory" in parts:
+                    print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: memory {rep + 1}", file=sys.stderr, flush=True)
+                    m = in_child("memory", folder, args.queries)
+                    m.update(queries=args.queries, baseline_rss_mb=baseline["baseline_rss_mb"])
+                    memories.append(m)
+        part = report(scale, build, queries, memories)
         print("\n".join(part), flush=True)
         lines += part
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        if args.out:  # written after every scale: a long run keeps what it finished
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text("\n".join(lines) + "\n")
     return 0
 
 

@@ -11,7 +11,8 @@ from hipporag2.graph.store import load_index, save_index
 from hipporag2.retrieve import ppr_store
 from hipporag2.retrieve.graph_retriever import GraphRetriever
 from hipporag2.retrieve.ppr import BatchedSolver, PrpackSolver
-from hipporag2.retrieve.scoring import min_max_rows
+from hipporag2.retrieve import scoring
+from hipporag2.retrieve.scoring import min_max_rows, min_max_top_k_product, score_piece_rows
 from hipporag2.retrieve.seeds import passage_seed_vector, phrase_weights_from_facts, reset_vector
 
 
@@ -24,6 +25,11 @@ def world(tmp_path_factory):
     return load_index(path), queries, QueryVectors(queries, vectors)
 
 
+def fact_scores(qv, fact_emb, rows):
+    """Raw fact scores from products of `rows` consecutive queries."""
+    return np.vstack([qv[s : s + rows] @ np.asarray(fact_emb).T for s in range(0, len(qv), rows)])
+
+
 def straightforward(index, store, cfg, queries, solver):
     """The query path before issue 15, written plainly: normalise every fact score, sort
     them all, one dense reset per query, solve the block's resets at once, sort all passages."""
@@ -32,7 +38,7 @@ def straightforward(index, store, cfg, queries, solver):
     for s in range(0, len(queries), cfg.query_batch_size):
         block = queries[s : s + cfg.query_batch_size]
         qv = store.embed([q.question for q in block])
-        facts = min_max_rows(qv @ np.asarray(index.fact_emb).T)
+        facts = min_max_rows(fact_scores(qv, index.fact_emb, score_piece_rows(len(index.facts))))
         dense = min_max_rows(qv @ np.asarray(index.passage_emb).T)
         resets, rows, seeds_of = [], [], {}
         for r, row in enumerate(facts):
@@ -72,6 +78,36 @@ def test_whole_query_equals_the_straightforward_path(world, solver):
         assert [c[1] for c in res.details["candidate_facts"]] == [float(x) for x in cand_scores]
         assert [tuple(c[0]) for c in res.details["candidate_facts"]] == [index.facts[i] for i in cands]
         assert res.details["seed_phrases"] == [[index.phrases[i], float(w)] for i, w in seeds]
+
+
+def test_fact_scores_in_pieces_of_a_memory_budget(world, monkeypatch):
+    """Fact candidates from products of a few queries each equal min-max + a full sort of
+    those products' scores; with the default budget this small index is one product."""
+    index, queries, store = world
+    qv = store.embed([q.question for q in queries])
+    n_facts = len(index.facts)
+    assert score_piece_rows(n_facts) >= len(queries)
+    assert score_piece_rows(147_000) == 57 and score_piece_rows(10**9) == 16
+    for rows in (7, 32, 150):
+        idx, val = min_max_top_k_product(qv, index.fact_emb, 5, rows=rows)
+        full = min_max_rows(fact_scores(qv, index.fact_emb, rows))
+        top = np.argsort(full, axis=1, kind="stable")[:, ::-1][:, :5]
+        assert np.array_equal(idx, top) and np.array_equal(val, np.take_along_axis(full, top, axis=1))
+    # chunks of embedding rows (here 1000 facts): each piece's scores by chunk, then ranked
+    chunk = 1000 * index.fact_emb.shape[1] * 4
+    idx, val = min_max_top_k_product(qv, index.fact_emb, 5, rows=32, chunk_bytes=chunk)
+    E = np.asarray(index.fact_emb)
+    full = np.vstack([np.hstack([qv[s : s + 32] @ E[a : a + 1000].T for a in range(0, n_facts, 1000)])
+                      for s in range(0, len(qv), 32)])
+    full = min_max_rows(full)
+    top = np.argsort(full, axis=1, kind="stable")[:, ::-1][:, :5]
+    assert np.array_equal(idx, top) and np.array_equal(val, np.take_along_axis(full, top, axis=1))
+    # the retriever uses the budget's pieces: a budget of 20 queries' scores gives 20-row products
+    monkeypatch.setattr(scoring.score_piece_rows, "__defaults__", (4, 20 * n_facts * 4))
+    res = GraphRetriever(index, store, RetrievalConfig(ppr_solver="batched", retrieval_top_k=5), progress=False).retrieve(queries[:30])
+    assert score_piece_rows(n_facts) == 20
+    idx, val = min_max_top_k_product(qv[:30], index.fact_emb, 5, rows=20)
+    assert [[c[1] for c in r.details["candidate_facts"]] for r in res] == val.astype(float).tolist()
 
 
 def test_preparation_is_saved_with_the_index_and_loaded_back(world, monkeypatch, caplog):

@@ -74,9 +74,14 @@ def test_partial_selection_equals_the_full_sort_ties_included(dtype):
             np.testing.assert_array_equal(rank_desc(row, k), _full_sort_top(row, k))
 
 
-def test_min_max_top_k_equals_normalising_and_sorting_everything():
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
+def test_min_max_top_k_equals_normalising_and_sorting_everything(compiled, monkeypatch):
+    """Both ways min_max_top_k works (numpy below scoring.PARALLEL_MIN entries, the compiled
+    pass on two threads above) give what normalising and sorting everything gives."""
+    from hipporag2.retrieve import scoring
     from hipporag2.retrieve.scoring import min_max_top_k
 
+    monkeypatch.setattr(scoring, "PARALLEL_MIN", 0 if compiled else 10**9)
     rng = np.random.default_rng(1)
     X = rng.normal(size=(40, 3000)).astype(np.float32)
     X[1] = 0.25  # all equal: min-max gives ones, ties to the higher index

@@ -8,8 +8,9 @@ the resets and the solver call, so a sweep re-runs only this module.
 
 What a query costs besides its PPR is kept small (issue 15): the candidate facts
 come from one pass over the raw fact scores (`min_max_top_k`, the same candidates,
-scores and ties as normalising and sorting all of them), passages are ranked by
-partial selection, and the resets and PPR answers of a block are made in pieces of
+scores and ties as normalising and sorting all of them), made in bounded pieces on
+large indexes (`min_max_top_k_product`: 32 MB of scores and 32 MB of mapped fact
+embeddings resident at a time), passages are ranked by partial selection, and the resets and PPR answers of a block are made in pieces of
 the solver's width in two reused arrays, so no q x nodes temporary is built; with
 the batched solver no igraph graph is built either, and its preparation is loaded
 from the index folder (`ppr_store`).
@@ -30,7 +31,7 @@ from hipporag2.graph.store import Index
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
-from hipporag2.retrieve.scoring import min_max_rows, min_max_top_k, rank_desc
+from hipporag2.retrieve.scoring import min_max_rows, min_max_top_k_product, rank_desc
 from hipporag2.retrieve.seeds import (
     passage_seed_vector,
     phrase_weights_from_facts,
@@ -95,9 +96,9 @@ class GraphRetriever:
         if len(idx.facts) == 0:
             return [([], {"candidate_facts": [], "kept_facts": []}) for _ in questions]
         q = self.store.embed(list(questions), instruction=ins.QUERY_TO_FACT, desc="embed queries (fact)", progress=self.progress)
-        # the raw scores as one BLAS call for the whole block, as before (a dot product's
-        # rounding depends on the call's shape); normalised only at the candidates
-        top, top_scores = min_max_top_k(q @ np.asarray(idx.fact_emb).T, cfg.linking_top_k)
+        # products of a fixed number of queries (a dot product's rounding depends on the
+        # call's shape), normalised only at the candidates
+        top, top_scores = min_max_top_k_product(q, idx.fact_emb, cfg.linking_top_k)
         cand_idx = top.tolist()
         candidates = [[idx.facts[i] for i in c] for c in cand_idx]
         kept_positions = self.fact_filter.select(list(questions), candidates)

@@ -76,24 +76,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
-from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
 if TYPE_CHECKING:  # igraph is imported by the callers that hand over a graph: importing it
     # here would cost every batched run the import (igraph pulls in matplotlib for its
     # drawing code: ~1.5 s idle, 15 s on the loaded 2-core machine)
     import igraph as ig
 
-from hipporag2.retrieve.ppr_kernels import (
-    Panels,
-    add_components,
-    chebyshev_step,
-    clean_sums,
-    gather_resets,
-    scatter_answers,
-    shifted_product,
-    weighted_l1,
-)
+from hipporag2.retrieve.ppr_panels import Panels
 
 
 def clean_reset(reset: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -208,6 +197,16 @@ def block_size_for(n_active: int, n_threads: int, budget: int = WORKSPACE_BYTES)
     return 8
 
 
+def default_block_size(edges, n_threads: int | None = None) -> int:
+    """The block size `BatchedSolver.from_edges` picks for an index's edges (`block_size_for`
+    its nodes with edges): what a saved preparation must have been made with to be reused."""
+    n_threads = n_threads or min(2, os.cpu_count() or 1)
+    pos_w = edges.weight > 0
+    n = edges.n_vertices
+    ends = np.bincount(edges.source[pos_w], minlength=n) + np.bincount(edges.target[pos_w], minlength=n)
+    return block_size_for(int(np.count_nonzero(ends)), n_threads)
+
+
 @dataclass
 class PreparedGraph:
     """What `BatchedSolver` derives from a graph once: the symmetric operator S in the
@@ -281,15 +280,19 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
 
 
 class _Operator:
-    """x -> x - d S x over blocks of columns, and the fused Chebyshev step.
+    """The block operations of `BatchedSolver`, compiled: x -> x - d S x over blocks of
+    columns, the fused Chebyshev step, and the passes in and out of the block.
 
     S is kept in column panels of about PANEL_BYTES of gathered rows per block
     (see `ppr_kernels`); the loops themselves are compiled and release the GIL.
     """
 
     def __init__(self, S: sp.csr_matrix, panels: Panels):
+        from hipporag2.retrieve import ppr_kernels  # numba: imported by solvers that use it only
+
         self.S = S
         self.panels = panels
+        self.k = ppr_kernels
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
         """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
@@ -297,12 +300,27 @@ class _Operator:
         if out is None:
             out = np.empty_like(x)
         p = self.panels
-        shifted_product(p.indptr, p.indices, p.data, float(d), x, out)
+        self.k.shifted_product(p.indptr, p.indices, p.data, float(d), x, out)
         return out
 
     def chebyshev_step(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:
         p = self.panels
-        chebyshev_step(p.indptr, p.indices, p.data, float(d), x, x_prev, b, weight, float(gamma), float(omega), r, l1)
+        self.k.chebyshev_step(p.indptr, p.indices, p.data, float(d), x, x_prev, b, weight, float(gamma), float(omega), r, l1)
+
+    def clean_sums(self, R, sums) -> None:
+        self.k.clean_sums(R, sums)
+
+    def gather_resets(self, R, pos, scale, sqrt_deg, b) -> None:
+        self.k.gather_resets(R, pos, scale, sqrt_deg, b)
+
+    def scatter_answers(self, z, R, pos, scale, sqrt_deg, divisor, factor, out, j0) -> None:
+        self.k.scatter_answers(z, R, pos, scale, sqrt_deg, divisor, factor, out, j0)
+
+    def add_components(self, z, component, value, coef) -> None:
+        self.k.add_components(z, component, value, coef)
+
+    def weighted_l1(self, x, weight, out) -> None:
+        self.k.weighted_l1(x, weight, out)
 
 
 def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
@@ -312,6 +330,8 @@ def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     any iteration; the solver takes that part of the reset out and solves it in closed
     form, (I - d S) v = (1 - d) v.
     """
+    from scipy.sparse.csgraph import connected_components  # only when preparing a graph
+
     n = S.shape[0]
     n_comp, label = connected_components(S, directed=False)
     V = sp.csr_matrix((sqrt_deg, (np.arange(n), label)), shape=(n, n_comp))
@@ -321,6 +341,8 @@ def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
 
 def deflated_operator(S: sp.csr_matrix, V: sp.csr_matrix) -> LinearOperator:
     """S restricted to the complement of V's columns: x -> P S P x, P = I - V V^T."""
+    from scipy.sparse.linalg import LinearOperator  # only when preparing a graph
+
     n = S.shape[0]
 
     def apply(x):
@@ -340,6 +362,8 @@ def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) 
     interval only slows the Chebyshev iteration down (each eigenvalue of I - d S lies
     in (0, 2) and keeps converging); the solver's stopping rule checks true residuals.
     """
+    from scipy.sparse.linalg import ArpackNoConvergence, eigsh  # only when preparing a graph
+
     n = S.shape[0]
     if n - V.shape[1] <= 0:
         return 0.0, 0.0
@@ -446,11 +470,7 @@ class BatchedSolver:
         from hipporag2.retrieve.ppr_store import prepared_graph
 
         if block_size is None:
-            n_threads = kw.get("n_threads") or min(2, os.cpu_count() or 1)
-            pos_w = edges.weight > 0
-            n = edges.n_vertices
-            ends = np.bincount(edges.source[pos_w], minlength=n) + np.bincount(edges.target[pos_w], minlength=n)
-            block_size = block_size_for(int(np.count_nonzero(ends)), n_threads)
+            block_size = default_block_size(edges, kw.get("n_threads"))
 
         prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
         return cls.from_prepared(prep, **kw)
@@ -488,7 +508,7 @@ class BatchedSolver:
         if R.ndim != 2 or R.shape[1] != self.n:
             raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
         sums = np.empty(R.shape[0])
-        clean_sums(R, sums)
+        self.op.clean_sums(R, sums)
         if not np.isfinite(sums).all():  # NaN is cleaned away, so only +inf gets here
             raise ValueError("reset vectors must be finite (igraph rejects infinite entries)")
         return R, sums
@@ -568,7 +588,7 @@ class BatchedSolver:
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         if walk and self.n_active:
             b = ws.b
-            gather_resets(R, self.pos, scale, self.sqrt_deg, b)
+            self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, b)
             if len(walk) == 1:
                 d = walk[0]
                 limit = ppr_residual_limit(self.tol, d, u_dangling) if normalise else self._limit(d) * ones
@@ -581,9 +601,9 @@ class BatchedSolver:
                 if not normalise:
                     out[k, rows] *= scale[:, None]
             elif normalise:  # divided by the exact total mass, not by the sum of the answer
-                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows], j0)
+                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows], j0)
             else:
-                scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows], j0)
+                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows], j0)
 
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
@@ -614,7 +634,7 @@ class BatchedSolver:
         b is overwritten; the answer lives in one of ws's arrays.
         """
         beta = self.components.T @ b
-        add_components(b, self._comp_of, self._comp_val, -beta)
+        self.op.add_components(b, self._comp_of, self._comp_val, -beta)
         lo, hi = self.interval()
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
@@ -638,7 +658,7 @@ class BatchedSolver:
                 omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
             else:
                 x = self._polish(x, b, d, limit)
-        add_components(x, self._comp_of, self._comp_val, beta / (1.0 - d))
+        self.op.add_components(x, self._comp_of, self._comp_val, beta / (1.0 - d))
         return x
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:
@@ -664,7 +684,7 @@ class BatchedSolver:
     def _l1(self, r: np.ndarray) -> np.ndarray:
         """||D^1/2 r||_1 per column: the y-space residual's L1 norm."""
         out = np.empty(r.shape[1])
-        weighted_l1(r, self.sqrt_deg, out)
+        self.op.weighted_l1(r, self.sqrt_deg, out)
         return out
 
     def _mscg(self, b: np.ndarray, ds: list[float]) -> list[np.ndarray]:

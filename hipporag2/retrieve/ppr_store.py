@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from hipporag2.atomicio import fsync_dir, sha256_file
 from hipporag2.retrieve.ppr import PreparedGraph, prepare_graph
-from hipporag2.retrieve.ppr_kernels import Panels
+from hipporag2.retrieve.ppr_panels import Panels
 
 log = logging.getLogger(__name__)
 

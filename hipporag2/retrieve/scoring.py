@@ -7,8 +7,19 @@
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from numba import njit, prange
+
+# rows x columns below which `min_max_top_k` uses numpy (same answer): the compiled pass
+# saves milliseconds there, and loading numba costs a process seconds (on the loaded
+# shared machine 2-4 s: the import, then its first kernel); from there on, two threads
+PARALLEL_MIN = 1 << 21
+# bytes of raw scores one piece of `min_max_top_k_product` may fill
+SCORE_BYTES = 32 << 20
+# bytes of embedding rows one of its products reads
+CHUNK_BYTES = 32 << 20
 
 
 def min_max(x: np.ndarray) -> np.ndarray:
@@ -84,8 +95,25 @@ def min_max_top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     val = np.empty((q, k), dtype=x.dtype)
     if q == 0 or k == 0:
         return idx, val
+    if q * n < PARALLEL_MIN:
+        norm = min_max_rows(x)
+        for r in range(q):
+            idx[r] = rank_desc(norm[r], k)
+            val[r] = norm[r][idx[r]]
+        return idx, val
+    from hipporag2.retrieve.scoring_kernels import min_max_top_k_rows as _min_max_top_k
+
     bad = np.zeros(q, dtype=np.bool_)
-    _min_max_top_k(x, k, idx, val, bad)
+    # rows are independent: threads over row ranges (the kernel releases the GIL) give
+    # the same answer as one pass, and need no numba threading layer, whose start-up
+    # (OpenMP) was seconds per process on the loaded shared machine
+    threads = min(q, os.cpu_count() or 1, 2)
+    if threads > 1:
+        cuts = np.linspace(0, q, threads + 1).astype(int)
+        with ThreadPoolExecutor(threads) as ex:
+            list(ex.map(lambda a: _min_max_top_k(x, k, idx, val, bad, int(cuts[a]), int(cuts[a + 1])), range(threads)))
+    else:
+        _min_max_top_k(x, k, idx, val, bad, 0, q)
     for r in np.flatnonzero(bad):  # NaN somewhere in the row: as min_max_rows does it (all ones)
         norm = min_max_rows(x[r : r + 1])[0]
         idx[r] = rank_desc(norm, k)
@@ -93,58 +121,50 @@ def min_max_top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx, val
 
 
-@njit(parallel=True, cache=True, boundscheck=False)
-def _min_max_top_k(X, k, idx, val, bad):
-    q, n = X.shape
-    for r in prange(q):
-        x = X[r]
-        lo = x[0]
-        hi = x[0]
-        top = np.empty(k, dtype=X.dtype)  # the k largest raw values, descending
-        filled = 0
-        nan = False
-        for j in range(n):
-            v = x[j]
-            if v != v:
-                nan = True
-                break
-            if v < lo:
-                lo = v
-            if v > hi:
-                hi = v
-            if filled < k or v > top[k - 1]:
-                t = filled if filled < k else k - 1
-                while t > 0 and top[t - 1] < v:
-                    top[t] = top[t - 1]
-                    t -= 1
-                top[t] = v
-                if filled < k:
-                    filled += 1
-        if nan:
-            bad[r] = True
-            continue
-        if hi == lo:  # min_max gives all ones; ties go to the higher index
-            for t in range(k):
-                idx[r, t] = n - 1 - t
-                val[r, t] = 1.0
-            continue
-        span = hi - lo
-        kth = (top[k - 1] - lo) / span
-        c = 0  # how many normalise to at least the k-th: k, or more with ties
-        for j in range(n):
-            if (x[j] - lo) / span >= kth:  # in the input's dtype, as min_max_rows computes it
-                c += 1
-        cand = np.empty(c, dtype=np.int64)
-        cval = np.empty(c, dtype=X.dtype)
-        c = 0
-        for j in range(n):
-            v = (x[j] - lo) / span
-            if v >= kth:
-                cand[c] = j
-                cval[c] = v
-                c += 1
-        order = np.argsort(cval[:c], kind="mergesort")  # stable, ascending; read backwards
-        for t in range(k):
-            o = order[c - 1 - t]
-            idx[r, t] = cand[o]
-            val[r, t] = cval[o]
+def score_piece_rows(n_columns: int, itemsize: int = 4, budget: int = SCORE_BYTES) -> int:
+    """Query rows per product so that its scores fill at most `budget` bytes (16 at least)."""
+    return max(16, budget // max(1, n_columns * itemsize))
+
+
+def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | None = None,
+                          chunk_bytes: int = CHUNK_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """`min_max_top_k` of q @ emb.T, in bounded memory when the block is large.
+
+    When a block's scores fit `score_piece_rows`' budget (the shared MuSiQue set: 17k
+    facts, up to ~470 queries) this is one product, q @ emb.T, as before. Otherwise
+    the queries go `rows` at a time (default: 32 MB of scores) and each piece's
+    scores are made chunk by chunk of `chunk_bytes` of embedding rows, into one reused
+    array; rows of a memory-mapped `emb` are handed back after their chunk
+    (`mapped_pages.release_rows`), so the process holds a chunk of the embeddings, not
+    all of them. At MuSiQue scale that is 33 MB of scores + 32 MB of embeddings
+    instead of 150 MB of scores (256 queries x 147k facts) + 225 MB of embeddings.
+
+    A float32 matrix product rounds an entry differently with the shape of the call
+    (measured with this machine's OpenBLAS: 4-17% of entries change in the last bit
+    when a 256-query block is split by rows or by columns, and a row's scores depend
+    on its position in the call), so in the piecewise case the scores are those of
+    these pieces and chunks: deterministic for a given order of queries, within
+    float32 rounding of one product's (the reference scores one query at a time, a
+    matrix-vector product that rounds differently again).
+    """
+    q = np.atleast_2d(np.asarray(q))
+    E = emb
+    n, n_q = E.shape[0], q.shape[0]
+    itemsize = np.result_type(q.dtype, E.dtype).itemsize
+    rows = score_piece_rows(n, itemsize) if rows is None else max(1, int(rows))
+    if n_q <= rows:
+        return min_max_top_k(q @ np.asarray(E).T, k)
+    from hipporag2.mapped_pages import release_rows
+
+    step = max(1, chunk_bytes // max(1, E.shape[1] * E.dtype.itemsize))
+    scores = np.empty((rows, n), dtype=np.result_type(q.dtype, E.dtype))
+    parts = []
+    for s in range(0, n_q, rows):
+        piece = q[s : s + rows]
+        out = scores[: len(piece)]
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            np.matmul(piece, np.asarray(E[a:b]).T, out=out[:, a:b])
+            release_rows(E, a, b)
+        parts.append(min_max_top_k(out, k))
+    return np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
