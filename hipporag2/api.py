@@ -248,7 +248,11 @@ class HippoRAG:
             with clock.stage("openie"):
                 corpus = Corpus([passage_of_string(d, i) for i, d in enumerate(new)])
                 report: Dict[str, Any] = {}
-                extracted, _ = get_openie(self.cfg, corpus, self._llm, report)
+                extracted, _ = get_openie(self.cfg, corpus, self._llm, report)  # openie.min_coverage gate inside
+                # raw triples of the indexed passages (their extractions, counted when indexed) + the new ones'
+                before = int(self._index.stats.get("raw_triples", 0)) if self._index is not None else 0
+                self._check_facts(before + sum(len(ex.triples) for ex in extracted.values()),
+                                  str(report.get("openie_source", "OpenIE")), len(have) + len(new))
                 self._extractions.update(extracted)
         self._rebuild(self.passages + new, clock)
         log.info("indexed %d new passages (%d in all)", len(new), len(self.passages))
@@ -296,10 +300,19 @@ class HippoRAG:
 
     # ---- retrieval and QA ----------------------------------------------------------
 
+    def _check_facts(self, n_facts: int, source: str, n_passages: int) -> None:
+        """The CLI's gate (hipporag2.gates): a graph method over an index without facts
+        would answer every query by the dense fallback."""
+        from hipporag2.gates import check_has_facts
+
+        check_has_facts(n_facts, source, n_passages, self.cfg.retrieval.max_fallback_rate)
+
     def _get_retriever(self):
         self._check_open()
         if self._index is None:
             raise ConfigError(f"{self.save_dir} has no index yet: call index(docs) first")
+        if self.needs_graph:
+            self._check_facts(int(self._index.stats.get("facts", 0)), str(self.save_dir), self._index.n_passages)
         if self._retriever is None:
             from hipporag2.retrieve.factory import RetrieverParts, build_retriever
 
@@ -322,7 +335,23 @@ class HippoRAG:
         for start in range(0, len(qs), block):
             for q, r in zip(qs[start : start + block], retriever.retrieve(qs[start : start + block])):
                 out.append(from_details(q.question, q.id, r.ranked, r.scores, r.details, self._index.passages))
+        if self.needs_graph:
+            self._check_fallbacks(out)
         return out
+
+    def _check_fallbacks(self, results: List[QueryResult]) -> None:
+        """The CLI's `retrieval.max_fallback_rate` gate over this call's queries; the
+        GateError carries the results (`.results`) for a caller that wants them anyway."""
+        from hipporag2.gates import GateError, check_fallback_rate
+
+        try:
+            check_fallback_rate(self.cfg.retrieval.method, sum(1 for r in results if r.fallback), len(results),
+                                self.cfg.retrieval.max_fallback_rate, int(self._index.stats.get("facts", 0)),
+                                relax="pass the override retrieval.max_fallback_rate=1 to accept it; "
+                                      "the error's .results holds the results")
+        except GateError as e:
+            e.results = results
+            raise
 
     def rag_qa(self, queries: Sequence[Union[str, QueryResult]], gold_answers: Optional[Sequence[Sequence[str]]] = None,
                gold_docs: Optional[Sequence[Sequence[str]]] = None) -> QAReport:

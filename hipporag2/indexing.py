@@ -136,7 +136,8 @@ def content_of_index(index: Index, arrays: Dict[str, np.ndarray]) -> IndexConten
     stats = TripleStats(raw=st["raw_triples"], kept=st["triples_kept"], wrong_length=st["triples_wrong_length"],
                         duplicates=st["triples_duplicate"], non_string=st["triples_non_string"])
     content = IndexContent(passages=list(index.passages), chunk_triples=None, phrases=index.phrases, facts=index.facts,
-                           phrase_passages=index.phrase_passages, triple_stats=stats)
+                           phrase_passages=index.phrase_passages, triple_stats=stats,
+                           passage_facts=index.passage_facts if index.passage_facts is not None else [])
     content.pairs = tuple(np.asarray(arrays[k], dtype=np.int64) for k in ("subject", "object", "owner", "lengths"))
     content.query = np.asarray(arrays["query"], dtype=bool)
     return content
@@ -210,6 +211,7 @@ def assemble_index(
         phrases=content.phrases,
         facts=content.facts,
         phrase_passages=content.phrase_passages,
+        passage_facts=content.passage_facts,
         edges=edges,
         stats=stats.as_dict(),
         passage_emb=passage_emb,

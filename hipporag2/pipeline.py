@@ -582,7 +582,11 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
     crash_point("before_metrics")
     write_json(run_dir / "metrics.json", metrics)
     crash_point("metrics_written")
-    ckpt.remove()  # the run is complete: its outputs replace the checkpoint
+    ckpt.remove()  # the run is complete: its outputs replace the checkpoints
+    if cfg.qa.enabled:
+        from hipporag2.qa.checkpoint import remove_checkpoint
+
+        remove_checkpoint(run_dir)
     log.info("recall: %s", "  ".join(f"{k}={v}" for k, v in recall.items()))
     log.info("timings (s): %s", timings.seconds)
     return RunReport.from_json(metrics)

@@ -89,6 +89,7 @@ def test_extend_content_equals_content_of():
     want = content_of(passages, cleaned)
     assert got.passages == want.passages and got.phrases == want.phrases and got.facts == want.facts
     assert got.phrase_passages == want.phrase_passages and got.triple_stats == want.triple_stats
+    assert got.passage_facts == want.passage_facts
     assert [got.phrases[i] for i in old_to_new] == old.phrases
     assert _equal(passage_phrase_pairs(got), passage_phrase_pairs(want))
     assert np.array_equal(got.query_mask(), want.query_mask())
@@ -110,7 +111,7 @@ def test_inserts_assemble_the_index_of_a_rebuild(steps):
         want = assemble(passages[:n]).index
         got = asm.index
         assert got.phrases == want.phrases and got.facts == want.facts and got.phrase_passages == want.phrase_passages
-        assert got.stats == want.stats and got.stats["synonym_edges"] > 0
+        assert got.stats == want.stats and got.stats["synonym_edges"] > 0 and got.passage_facts == want.passage_facts
         for f in ("source", "target", "weight", "kind"):
             assert np.array_equal(getattr(got.edges, f), getattr(want.edges, f)), f
         for f in ("passage_emb", "phrase_emb", "fact_emb"):

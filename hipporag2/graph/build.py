@@ -19,6 +19,7 @@ from hipporag2.graph.triples import (
     Triple,
     TripleStats,
     clean_triples,
+    passage_facts,
     phrase_nodes,
     phrase_passages,
     passage_phrases,
@@ -68,6 +69,8 @@ class IndexContent:
     # endpoints as arrays (`passage_phrase_pairs`) and which phrases are synonym queries.
     pairs: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default=None, repr=False)
     query: Optional[np.ndarray] = field(default=None, repr=False)
+    # each passage's distinct facts (indices into `facts`): HippoRAG 1's legacy scoring
+    passage_facts: List[List[int]] = field(default_factory=list)
 
     @property
     def phrase_index(self) -> Dict[str, int]:
@@ -102,13 +105,15 @@ def content_of(passages: Sequence[str], cleaned: Sequence[CleanTriples]) -> Inde
     chunk_triples = [c.triples for c in cleaned]
     phrases = phrase_nodes(chunk_triples)
     index = {p: i for i, p in enumerate(phrases)}
+    facts = unique_facts(chunk_triples)
     return IndexContent(
         passages=list(passages),
         chunk_triples=chunk_triples,
         phrases=phrases,
-        facts=unique_facts(chunk_triples),
+        facts=facts,
         phrase_passages=phrase_passages(chunk_triples, index),
         triple_stats=stats,
+        passage_facts=passage_facts(chunk_triples, facts),
     )
 
 
@@ -146,13 +151,15 @@ def extend_content(old: IndexContent, passages: Sequence[str], cleaned: Sequence
                 spec[i] = list(spec[i])
                 copied.add(i)
             spec[i].append(n_old + j)
+    facts = list(dict.fromkeys([*old.facts, *(t for triples in added for t in triples)]))  # old facts: a prefix
     content = IndexContent(
         passages=list(old.passages) + list(passages),
         chunk_triples=None if old.chunk_triples is None else list(old.chunk_triples) + added,
         phrases=phrases,
-        facts=list(dict.fromkeys([*old.facts, *(t for triples in added for t in triples)])),
+        facts=facts,
         phrase_passages=spec,  # type: ignore[arg-type]
         triple_stats=_sum_stats([old.triple_stats] + [c.stats for c in cleaned]),
+        passage_facts=list(old.passage_facts) + passage_facts(added, facts),
     )
     content._phrase_index = index
     if old.pairs is not None:

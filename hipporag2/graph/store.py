@@ -1,7 +1,8 @@
 """A built index on disk: everything retrieval needs, nothing from indexing inputs.
 
 Layout of an index folder (written to a temp folder, then renamed into place):
-  index.json        passages, titles, corpus indices, phrases, facts, node specificity
+  index.json        passages, titles, corpus indices, phrases, facts, node specificity,
+                    each passage's facts
   edges.npz         source, target, weight, kind (0 relation, 1 context, 2 synonym)
   *_emb.npy         passage / phrase / fact embeddings (float32, L2-normalised); an index
                     written by an update may hold more rows in segments `*_emb.sN.npy` and an
@@ -87,6 +88,9 @@ class Index:
     passage_emb: np.ndarray
     phrase_emb: np.ndarray
     fact_emb: np.ndarray
+    # each passage's distinct facts (indices into `facts`), for HippoRAG 1's legacy
+    # passage score; None for an index made without it (then that scoring refuses to run)
+    passage_facts: Optional[List[List[int]]] = None
     _graph: Optional[object] = field(default=None, repr=False)
     # the folder it was saved to or loaded from: derived caches (the PPR solver's
     # preparation, `retrieve/ppr_store.py`) live there; None for an index only in memory
@@ -219,6 +223,7 @@ def save_index(index: Index, path: Path | str) -> None:
         "phrases": index.phrases,
         "facts": [list(f) for f in index.facts],
         "phrase_passages": index.phrase_passages,
+        "passage_facts": index.passage_facts,
         "n_vertices": index.edges.n_vertices,
     }
     _save_text(tmp / "index.json", json.dumps(meta, ensure_ascii=False))
@@ -316,6 +321,7 @@ def load_index(path: Path | str, verify: bool = True) -> Index:
             phrases=meta["phrases"],
             facts=[tuple(f) for f in meta["facts"]],
             phrase_passages=meta["phrase_passages"],
+            passage_facts=meta.get("passage_facts"),
             edges=edges,
             stats=json.loads((path / "graph_stats.json").read_text(encoding="utf-8")),
             passage_emb=emb["passage"],
