@@ -120,6 +120,15 @@ class LazyLLM:
         if self._llm is not None:
             self._llm.close()
 
+    def release(self) -> None:
+        """`close`, then forget the LLM and close its response cache: for an owner that is
+        done with it for good (`HippoRAG.close`); `get` would build a new one."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.close()
+            if llm.cache is not None:
+                llm.cache.close()
+
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
