@@ -77,6 +77,10 @@ class OpenIEConfig:
     ner_max_new_tokens: Optional[int] = None
     triples_max_new_tokens: Optional[int] = None
     chunk_size: Optional[int] = None
+    # How NER and triple replies are read: reference (the reference's regular expression
+    # and literal reading, a reply cut at the token limit closed first) | lenient
+    # (hipporag2/openie/parse.py: fences, Python style, bare lists, truncation repair).
+    parse: str = "reference"
 
 
 @dataclass
@@ -125,6 +129,12 @@ class RetrievalConfig:
     node_specificity: bool = True
     # Ablation: seed only the top-k passages by dense score (None = every passage).
     passage_seed_top_k: Optional[int] = None
+    # HippoRAG 1 (method=hipporag1) only: legacy (as the legacy v1 code scores: passage
+    # score through its facts, docs_to_facts . facts_to_phrases . ppr then min-max;
+    # query entities normalised like phrases; no entity -> uniform scores) | spec
+    # (SPEC §4: phrase PPR mass through the phrase x passage matrix; entities as the
+    # NER returns them; no entity -> dense fallback).
+    v1_scoring: str = "legacy"
     # registry.PPR_SOLVERS: prpack (reference, one igraph call per query), batched, ...
     ppr_solver: str = "prpack"
     # How many queries to solve at once with a batched solver.
@@ -147,9 +157,9 @@ class QAConfig:
     # Which `Answer:` marker counts: reference (the text between the first marker and the
     # next, as the reference reads it) | last (after the last marker; case-insensitive fallback).
     answer_marker: str = "reference"
-    # Questions per LLM call. Each call's answers enter the response cache when it
-    # returns, so a QA stage killed part-way asks only the unfinished chunks again
-    # (the vLLM backend answers a call as one batch).
+    # Most questions per reader call; calls shrink so that one takes about
+    # checkpoint_s, and each finished call is appended to the run's qa.partial.jsonl,
+    # so a QA stage interrupted part-way asks only the unfinished questions again.
     chunk_size: int = 256
 
 
@@ -169,8 +179,9 @@ class Config:
     recall_k: List[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 50, 100, 200])
     progress: bool = True
     seed: int = 0
-    # Longest stretch of OpenIE or embedding work (seconds) that an interrupt can lose:
-    # those stages checkpoint at least this often (and every few thousand rows).
+    # Longest stretch of OpenIE, embedding or QA work (seconds) that an interrupt can
+    # lose: those stages checkpoint at least this often (and every few hundred or
+    # thousand items).
     checkpoint_s: float = 30.0
 
 

@@ -230,8 +230,11 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
         except (HydraException, OmegaConfBaseException) as e:
             raise ConfigError(explain_hydra_error(e, ovr)) from None
 
+    from hipporag2.data.validate import check_input_paths
+
     GlobalHydra.instance().clear()
     first: Optional[Config] = None
+    checked_inputs: set = set()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         try:
             jobs = job_overrides(overrides, multirun, compose_fn)
@@ -249,6 +252,11 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
             except (HydraException, OmegaConfBaseException) as e:
                 raise ConfigError(explain_hydra_error(e, job)) from None
             check_llm_available(cfg)
+            inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,
+                      cfg.retrieval.linking)
+            if inputs not in checked_inputs:  # the files a job names exist and parse (once per distinct set)
+                checked_inputs.add(inputs)
+                check_input_paths(cfg)
             if first is None:
                 first = cfg
     GlobalHydra.instance().clear()

@@ -20,7 +20,12 @@ from typing import Optional, Sequence
 
 
 class GateError(ValueError):
-    """A run stopped by a gate; the CLI prints it as one line with exit status 2."""
+    """A run stopped by a gate; the CLI prints it as one line with exit status 2.
+
+    The library's `HippoRAG.retrieve` attaches what it computed (`results`), so a
+    caller can still inspect the queries that tripped the gate."""
+
+    results: Optional[list] = None
 
 
 def check_openie_coverage(source: str, n_passages: int, missing: Sequence[str], min_coverage: float) -> float:
@@ -51,14 +56,18 @@ def fallback_rate(n_fallbacks: int, n_queries: int) -> float:
     return 0.0 if n_queries == 0 else n_fallbacks / n_queries
 
 
+RELAX_FALLBACK_RUN = "set retrieval.max_fallback_rate=1 to accept it; results are checkpointed"
+
+
 def check_fallback_rate(method: str, n_fallbacks: int, n_queries: int, max_fallback_rate: float,
-                        facts: Optional[int] = None) -> None:
-    """More than `max_fallback_rate` of the queries answered by the dense fallback."""
+                        facts: Optional[int] = None, where: str = "", relax: str = RELAX_FALLBACK_RUN) -> None:
+    """More than `max_fallback_rate` of the queries answered by the dense fallback.
+    `where` prefixes the message (a sweep names its point), `relax` says how to accept it."""
     rate = fallback_rate(n_fallbacks, n_queries)
     if rate > max_fallback_rate:
         raise GateError(
-            f"retrieval.method={method}: {n_fallbacks} of {n_queries} queries ({rate:.1%}) fell back to dense "
+            f"{where}retrieval.method={method}: {n_fallbacks} of {n_queries} queries ({rate:.1%}) fell back to dense "
             f"retrieval (no fact or phrase to seed the graph{'' if facts is None else f'; the index has {facts} facts'}), "
             f"above retrieval.max_fallback_rate={max_fallback_rate:g}; this would be a dense run under another name "
-            f"(set retrieval.max_fallback_rate=1 to accept it; results are checkpointed)"
+            f"({relax})"
         )

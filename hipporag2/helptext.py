@@ -40,6 +40,7 @@ KEY_HELP: Dict[str, str] = {
     "openie.min_coverage": "least share of corpus passages an imported OpenIE file must cover (0.99; 0 accepts any)",
     "openie.ner_max_new_tokens": "output limit of the NER step (null: llm.max_new_tokens)",
     "openie.triples_max_new_tokens": "output limit of the triple step (null: llm.max_new_tokens)",
+    "openie.parse": "how NER / triple / query-NER replies are read: reference (the reference's regex + literal rule) | lenient",
     "openie.chunk_size": "most passages per OpenIE checkpoint (null: 64; smaller when a chunk takes longer than checkpoint_s)",
     "llm.name": "LLM preset name (the llm group option; none = no LLM)",
     "llm.backend": "transformers | openai (any OpenAI-compatible server) | vllm",
@@ -89,6 +90,7 @@ KEY_HELP: Dict[str, str] = {
     "retrieval.passage_node_weight": "weight of the dense passage scores in the reset vector (0.05)",
     "retrieval.linking_top_k": "candidate facts and seed phrases per query (5)",
     "retrieval.retrieval_top_k": "passages ranked per query (200)",
+    "retrieval.v1_scoring": "HippoRAG 1 only: legacy (the legacy v1 code's passage scores, entity normalisation, no-entity order) | spec (SPEC §4)",
     "retrieval.passage_nodes": "ablation: false removes passage nodes (v1-style passage scores)",
     "retrieval.node_specificity": "divide a phrase seed by the number of passages mentioning it",
     "retrieval.passage_seed_top_k": "ablation: seed only the top-k passages by dense score (null: all)",
@@ -100,14 +102,14 @@ KEY_HELP: Dict[str, str] = {
     "qa.qa_top_k": "passages given to the reader (5)",
     "qa.answer_format": "reader reply format: marker (ends with Answer: ..., the paper's) | json ({\"answer\": ...})",
     "qa.answer_marker": "which Answer: marker counts: reference (first, as the reference) | last",
-    "qa.chunk_size": "questions per reader call (each call's answers are cached when it returns)",
+    "qa.chunk_size": "most questions per reader call and QA checkpoint (256; smaller when a call takes longer than checkpoint_s)",
     "data_dir": "folder of the dataset files",
     "run_dir": "folder of this run's files (default: named by a hash of the overrides)",
     "cache_dir": "shared content-addressed artefacts: OpenIE, embeddings, indexes, LLM answers",
     "recall_k": "cut-offs of recall@k",
     "progress": "progress bars",
     "seed": "random seed",
-    "checkpoint_s": "longest stretch of OpenIE or embedding work (s) an interrupt can lose (30)",
+    "checkpoint_s": "longest stretch of OpenIE, embedding or QA work (s) an interrupt can lose (30)",
 }
 
 # Keys that change how a run works, not its numbers: left out of report labels.

@@ -120,6 +120,15 @@ class LazyLLM:
         if self._llm is not None:
             self._llm.close()
 
+    def release(self) -> None:
+        """`close`, then forget the LLM and close its response cache: for an owner that is
+        done with it for good (`HippoRAG.close`); `get` would build a new one."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.close()
+            if llm.cache is not None:
+                llm.cache.close()
+
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
@@ -573,7 +582,11 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
     crash_point("before_metrics")
     write_json(run_dir / "metrics.json", metrics)
     crash_point("metrics_written")
-    ckpt.remove()  # the run is complete: its outputs replace the checkpoint
+    ckpt.remove()  # the run is complete: its outputs replace the checkpoints
+    if cfg.qa.enabled:
+        from hipporag2.qa.checkpoint import remove_checkpoint
+
+        remove_checkpoint(run_dir)
     log.info("recall: %s", "  ".join(f"{k}={v}" for k, v in recall.items()))
     log.info("timings (s): %s", timings.seconds)
     return RunReport.from_json(metrics)

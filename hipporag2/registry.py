@@ -203,6 +203,22 @@ FILTER_PARSERS.register("reference", "hipporag2.retrieve.filter_parse:REFERENCE_
 FILTER_PARSERS.register("lenient", "hipporag2.retrieve.filter_parse:LENIENT_READER",
                         "repairs code fences, inline headers, bare lists, truncated JSON; case-insensitive mapping without repeats")
 
+V1_SCORING = family("v1_scoring", "retrieval.v1_scoring",
+                    "HippoRAG 1 (retrieval.method=hipporag1): how passages are scored and queries linked (docs/quirks.md).")
+V1_SCORING.register("legacy", None,
+                    "as the legacy v1 code: passage score = min-max of docs_to_facts . facts_to_phrases . PPR; "
+                    "query entities normalised like phrases; no entity -> uniform scores (reverse corpus order)")
+V1_SCORING.register("spec", None,
+                    "SPEC §4: phrase PPR mass summed through the phrase x passage matrix; entities as returned; "
+                    "no entity -> dense fallback")
+
+OPENIE_PARSERS = family("openie_parsers", "openie.parse", "How OpenIE NER and triple replies (and query NER) are read (docs/quirks.md).")
+OPENIE_PARSERS.register("reference", "hipporag2.openie.parse_reference:READER",
+                        "the reference's rule: a reply cut at the token limit is closed, then the first "
+                        "flat {\"named_entities\"|\"triples\": [...]} object is read as a Python literal; anything else -> []")
+OPENIE_PARSERS.register("lenient", "hipporag2.openie.parse:LENIENT_READER",
+                        "code fences, Python style, bare lists, renamed keys, truncation repair at any cut")
+
 QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.")
 QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_reference",
                            "as the reference: the text between the first `Answer:` and the next, else the whole reply")

@@ -8,7 +8,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-INDEX_FORMAT = 1  # bump when the index layout or graph construction changes
+INDEX_FORMAT = 2  # 2: index.json has passage_facts; bump when the index layout or graph construction changes
 
 
 def digest(obj: Any) -> str:

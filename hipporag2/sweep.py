@@ -14,7 +14,15 @@ dampings share one multi-shift CG run (`BatchedSolver.solve_unnormalised`).
 Each grid point gets a run folder DIR/d{damping}_w{weight}/ with the files of a normal
 run (retrieval.jsonl, metrics.json, graph_stats.json, and a .hydra/ folder with
 config.yaml, overrides.yaml and hydra.yaml, which `hipporag2-report` reads), and
-DIR/sweep.json holds the recall grid and timings.
+DIR/sweep.json holds the recall grid and timings. metrics.json is a `RunReport`'s view, as
+for a run.
+
+Gates (hipporag2/gates.py) are a run's: the OpenIE coverage and no-facts gates stop the
+sweep while the index is prepared, and every grid point must pass
+`retrieval.max_fallback_rate` before any point folder is written (GateError: one line,
+exit 2). sweep.json is removed when the folder starts to change and written last, and a
+point's metrics.json is written after its other files, so an interrupted sweep leaves
+nothing that reads as finished.
 """
 from __future__ import annotations
 
@@ -153,6 +161,27 @@ def _write_hydra_dir(run_dir: Path, cfg: Config, overrides: List[str]) -> None:
     atomicio.write_text(hydra_dir / "hydra.yaml", yaml.safe_dump(hydra, sort_keys=False))
 
 
+def check_point_gates(cfg: Config, grid: Dict[Point, List[RetrievalResult]], facts: int) -> None:
+    """The fallback gate of a single run (`retrieval.max_fallback_rate`), at every grid
+    point, before any point folder is written: a sweep never leaves folders of points
+    that a run with the same settings would have refused."""
+    from hipporag2.gates import GateError, check_fallback_rate
+    from hipporag2.pipeline import count_fallbacks
+
+    failures = []
+    for (d, w), results in grid.items():
+        try:
+            check_fallback_rate(cfg.retrieval.method, count_fallbacks(results), len(results), cfg.retrieval.max_fallback_rate,
+                                facts, where=f"hipporag2-sweep point {point_dir_name(d, w)}: ",
+                                relax="set retrieval.max_fallback_rate=1 to accept it")
+        except GateError as e:
+            failures.append(str(e))
+    if failures:
+        more = f"; {len(failures)} of {len(grid)} points exceed it, no point folder was written" if len(failures) > 1 else \
+            "; no point folder was written"
+        raise GateError(failures[0] + more)
+
+
 def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], out_dir: Path, overrides: Sequence[str]) -> Dict:
     from hipporag2.embed.store import open_store
     from hipporag2.evaluate.metrics import mean_recall
@@ -161,6 +190,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
         write_jsonl,
     )
     from hipporag2.redact import install_log_redaction, redact_obj
+    from hipporag2.results import RunReport
 
     t_start = time.perf_counter()
     install_log_redaction(cfg.llm.api_key_env)
@@ -171,24 +201,29 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     for w in weights:
         if w < 0:
             raise ConfigError(f"--passage-node-weight: {w} is negative")
-    out_dir.mkdir(parents=True, exist_ok=True)
     timings = Timings()
     report: Dict = {}
     corpus, queries, qpath, cpath, data_files, cov = load_inputs(cfg, timings)
-    store = open_store(cfg.cache_dir, cfg.embedding)
+    store = open_store(cfg.cache_dir, cfg.embedding, checkpoint_s=cfg.checkpoint_s)
     llm = LazyLLM(cfg)
     # The retriever gives linking, dense scores and its batched solver (prepared once
     # per index and loaded from the index folder), which the grid drives directly.
+    # Its index passed the gates of a run (OpenIE coverage, facts) on the way.
     link_cfg = replace(cfg, retrieval=replace(cfg.retrieval, ppr_solver="batched"))
     retriever, index = make_retriever(link_cfg, corpus, store, llm, report, timings)
     solver = retriever.solver
     with timings.stage("retrieval"):
         grid = solve_grid(retriever, solver, queries, dampings, weights, cfg.retrieval.query_batch_size, timings)
+    check_point_gates(cfg, grid, int(index.stats.get("facts", 0)))
     shared = dict(timings.seconds)
 
+    # From here on the folder changes: sweep.json (written last) marks a finished
+    # sweep, and in each point folder metrics.json (written last) a finished point.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "sweep.json").unlink(missing_ok=True)
     strings = corpus.strings
+    reports: Dict[Point, RunReport] = {}
     points = []
-    recall_grid: Dict[str, List[List[float]]] = {}
     for d in dampings:
         for w in weights:
             t0 = time.perf_counter()
@@ -197,6 +232,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
             run_dir = out_dir / point_dir_name(d, w)
             pcfg = replace(pcfg, run_dir=str(run_dir))
             run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "metrics.json").unlink(missing_ok=True)  # an older sweep's point is not this one's
             _write_hydra_dir(run_dir, pcfg, list(overrides) + [f"retrieval.damping={d:g}", f"retrieval.passage_node_weight={w:g}"])
             write_json(run_dir / "graph_stats.json", index.stats)
             write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
@@ -213,13 +249,14 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
                 "timings": {**shared, "write_point": round(time.perf_counter() - t0, 3)},
                 "provenance": provenance(pcfg, qpath, cpath, data_files),
             }
-            write_json(run_dir / "metrics.json", redact_obj(metrics))
-            points.append({"damping": d, "passage_node_weight": w, "run_dir": str(run_dir), **recall,
-                           "dense_fallbacks": metrics["dense_fallbacks"]})
-    for k in cfg.recall_k:
-        key = f"recall@{k}"
-        by = {(p["damping"], p["passage_node_weight"]): p.get(key) for p in points}
-        recall_grid[key] = [[by[(d, w)] for w in weights] for d in dampings]
+            # Typed, as a run's metrics.json is: the file is the RunReport's view.
+            point = reports[(d, w)] = RunReport.from_json(redact_obj(metrics))
+            write_json(run_dir / "metrics.json", point.to_json())
+            points.append({"damping": d, "passage_node_weight": w, "run_dir": str(run_dir), **point.recall,
+                           "dense_fallbacks": point.dense_fallbacks, "dense_fallback_rate": point.dense_fallback_rate})
+    recall_grid: Dict[str, List[List[Optional[float]]]] = {
+        f"recall@{k}": [[reports[(d, w)].recall_at(k) for w in weights] for d in dampings] for k in cfg.recall_k
+    }
     wall = round(time.perf_counter() - t_start, 3)
     summary = {
         "dataset": cfg.dataset.name,

@@ -24,8 +24,12 @@ Metric: F1 between the candidates the program's answer maps to (the same mapping
 run time) and the label set; both empty scores 1. While bootstrapping demos (trace set),
 only a perfect answer counts as a success.
 
-The result is saved as a DSPy state JSON (`prog` = the predictor) plus `prog.system`, the
-system message DSPy's chat adapter renders for the optimised signature: the layout
+The signature is the authors' program's: inputs `question` and `fact_before_filter`
+(str), output `fact_after_filter` of type `Fact` (a pydantic model with a
+`fact: list[list[str]]` field), so DSPy renders, parses and stores it as it did for them.
+The result is saved as a DSPy state JSON (`prog` = the predictor; a bootstrapped demo's
+`Fact` as compact JSON text, like the authors' demos) plus `prog.system`, the system
+message DSPy's chat adapter renders for the optimised signature: the layout
 `hipporag2.retrieve.filter_llm` loads.
 """
 from __future__ import annotations
@@ -56,6 +60,33 @@ log = logging.getLogger("hipporag2.tune_filter")
 
 # --- DSPy program -------------------------------------------------------------------
 
+def fact_type():
+    """The output field's type, as the authors' tuned program declares it: a pydantic
+    model named `Fact` with one field `fact`, a list of lists of strings. DSPy's chat
+    adapter then names it in the system message ("`fact_after_filter` (Fact)"), prints
+    its JSON schema there, and parses a reply into it, as for the reference's program;
+    the field description is in our words."""
+    import pydantic
+
+    class Fact(pydantic.BaseModel):
+        fact: list[list[str]] = pydantic.Field(
+            description="the kept facts, each one a list of three strings: subject, predicate, object")
+
+    return Fact
+
+
+def answer_text(value: Any) -> str:
+    """The output field as text: a `Fact` (what DSPy parses a reply into) as compact JSON,
+    the form the authors' program stores its bootstrapped demos in; strings as they are."""
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "model_dump"):
+        value = value.model_dump()
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return "" if value is None else str(value)
+
+
 def make_signature(instructions: str, descriptions: Optional[Dict[str, str]] = None):
     """The filter as a DSPy signature: question, fact_before_filter -> fact_after_filter."""
     import dspy
@@ -69,7 +100,7 @@ def make_signature(instructions: str, descriptions: Optional[Dict[str, str]] = N
     fields = {
         "question": (str, dspy.InputField(desc=d["question"])),
         "fact_before_filter": (str, dspy.InputField(desc=d["fact_before_filter"])),
-        "fact_after_filter": (str, dspy.OutputField(desc=d["fact_after_filter"])),
+        "fact_after_filter": (fact_type(), dspy.OutputField(desc=d["fact_after_filter"])),
     }
     return dspy.make_signature(fields, instructions, signature_name="FactFilter")
 
@@ -107,6 +138,9 @@ def program_json(module) -> Dict[str, Any]:
     state = module.dump_state()
     if "prog" not in state:
         raise ValueError(f"expected a predictor named 'prog', got {sorted(state)}")
+    for demo in state["prog"].get("demos", []):
+        if OUTPUT_FIELD in demo:  # a bootstrapped demo holds the parsed Fact (dumped as a dict)
+            demo[OUTPUT_FIELD] = answer_text(demo[OUTPUT_FIELD])
     state["prog"]["system"] = dspy.ChatAdapter().format_system_message(module.prog.signature)
     return state
 
@@ -168,7 +202,7 @@ def filter_metric(example, prediction, trace=None) -> Any:
     cands = _candidates_of(example)
     gold_list, _, _ = parse_filter_answer(example.fact_after_filter)
     gold = set(map_to_candidates(gold_list or [], cands, len(cands) or 1))
-    facts, ok, _ = parse_filter_answer(getattr(prediction, OUTPUT_FIELD, "") or "")
+    facts, ok, _ = parse_filter_answer(answer_text(getattr(prediction, OUTPUT_FIELD, None)))
     pred = set(map_to_candidates(facts or [], cands, len(cands) or 1)) if ok else set()
     if not gold and not pred:
         score = 1.0
@@ -324,6 +358,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         overrides.append("run_dir=runs/tune_filter")
     with exit_on_signal(), user_errors():
         cfg = check_overrides(overrides)
+        from hipporag2.data.validate import check_filter_program_loads
+
+        check_filter_program_loads(args.start)  # a bad --start program: one line now, not after the data is read
         meta = tune(
             cfg, args.output, start_program=args.start, auto=args.auto, train_size=args.train_size,
             val_size=args.val_size, num_threads=args.num_threads,

@@ -284,6 +284,9 @@ class KilledOnCall:
     def __init__(self, llm, n: int):
         self.llm, self.n, self.calls = llm, n, 0
 
+    def __getattr__(self, name):  # key_of, cfg, ...: the real LLM's
+        return getattr(self.llm, name)
+
     def generate(self, requests, **kw):
         self.calls += 1
         if self.calls == self.n:

@@ -248,3 +248,43 @@ def test_generated_replies_keep_what_the_reference_keeps(ref, reply, top_k):
     assert parse_reference(reply).facts == theirs_parsed, f"reply {reply!r}: parsed facts differ"
     theirs = reference_keeps(rfilter, llm, reply, QUESTION, CANDS, top_k)
     assert our_keeps(reply, CANDS, top_k) == theirs, f"reply {reply!r}: kept candidates differ"
+
+
+# ---- hipporag2-tune-filter: the output field has the authors' program's type --------
+
+def _without_descriptions(schema):
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
+    return schema
+
+
+def test_tune_filter_output_field_is_the_reference_fact_type(ref):
+    """The signature `hipporag2-tune-filter` optimises declares `fact_after_filter` with
+    the type of the reference's `Fact` (hipporag/rerank.py: a pydantic model, `fact:
+    list[list[str]]`), as the authors' tuned program's system text shows ("(Fact)"), so
+    DSPy renders, parses and stores it as it did for them."""
+    import dspy
+    from pydantic import TypeAdapter
+
+    from hipporag2.tune_filter import answer_text, make_module, make_signature, program_json
+
+    sig = make_signature("Keep the relevant facts.")
+    ours = sig.output_fields["fact_after_filter"].annotation
+    assert [f.annotation for f in sig.input_fields.values()] == [str, str]
+    assert ours.__name__ == ref.Fact.__name__ == "Fact"
+    assert _without_descriptions(TypeAdapter(ours).json_schema()) == _without_descriptions(TypeAdapter(ref.Fact).json_schema())
+    # the system message names the type as the authors' program's does
+    system = dspy.ChatAdapter().format_system_message(sig)
+    authors = load_program("reference").system
+    line = "1. `fact_after_filter` (Fact):"
+    assert line in system and line in authors
+    # a reply is parsed into a Fact, which the metric and the saved demos read as JSON text
+    parsed = dspy.ChatAdapter().parse(sig, '[[ ## fact_after_filter ## ]]\n{"fact": [["a", "b", "c"]]}\n\n[[ ## completed ## ]]')
+    assert isinstance(parsed["fact_after_filter"], ours)
+    assert answer_text(parsed["fact_after_filter"]) == '{"fact":[["a","b","c"]]}'
+    module = make_module("Keep the relevant facts.")
+    module.prog.demos = [dspy.Example(question="q", fact_before_filter='{"fact": []}',
+                                      fact_after_filter=parsed["fact_after_filter"]).with_inputs("question", "fact_before_filter")]
+    assert program_json(module)["prog"]["demos"][0]["fact_after_filter"] == '{"fact":[["a","b","c"]]}'

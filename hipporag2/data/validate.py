@@ -229,4 +229,23 @@ def check_input_paths(cfg) -> List[str]:
             raise DataError(p, "file not found (retrieval.filter_program)")
         validate_filter_program(p)
         checked.append(str(p))
+    if uses_filter:
+        check_filter_program_loads(r.filter_program)
     return checked
+
+
+def check_filter_program_loads(spec) -> None:
+    """Read the program as the filter will (the authors' program is parsed out of the
+    reference wheel, a file is validated and read) and check that DSPy, which renders
+    the messages, is installed: a problem the filter would only meet after the index
+    is built raises its one-line ProgramError (a ConfigError) now."""
+    import importlib.util
+
+    from hipporag2.retrieve.filter_program import ProgramError, load_program
+
+    load_program(spec)
+    if importlib.util.find_spec("dspy") is None:
+        raise ProgramError(
+            "the LLM filter renders DSPy's chat format, and DSPy is not installed: "
+            "pip install 'hipporag2[dspy]' (make setup does), or set retrieval.filter=none"
+        )

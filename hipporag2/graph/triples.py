@@ -58,6 +58,17 @@ def unique_facts(chunk_triples: Sequence[Sequence[Triple]]) -> List[Triple]:
     return list(dict.fromkeys(t for triples in chunk_triples for t in triples))
 
 
+def passage_facts(chunk_triples: Sequence[Sequence[Triple]], facts: Sequence[Triple]) -> List[List[int]]:
+    """For each passage, the indices (into `facts`) of its distinct facts, first-seen order.
+
+    The legacy HippoRAG 1 scores a passage through this table (its `docs_to_facts`
+    matrix is 0/1 per passage and fact), which the phrase x passage table cannot give:
+    a phrase in two facts of one passage counts twice there.
+    """
+    index = {f: i for i, f in enumerate(facts)}
+    return [list(dict.fromkeys(index[t] for t in triples)) for triples in chunk_triples]
+
+
 def phrase_nodes(chunk_triples: Sequence[Sequence[Triple]]) -> List[str]:
     """Phrase nodes sorted by text, as the reference orders its vertices."""
     return sorted({p for triples in chunk_triples for t in triples for p in (t[0], t[2])})

@@ -36,7 +36,7 @@ from hipporag2.data.loaders import Corpus
 from hipporag2.llm.base import ChatRequest
 from hipporag2.openie import prompts
 from hipporag2.openie.interchange import Extraction, parse_openie, write_openie
-from hipporag2.openie.parse import parse_entities, parse_triples
+from hipporag2.openie.parse import LENIENT_READER, OpenIEReader
 from hipporag2.stagekeys import corpus_digest, digest
 from hipporag2.text import passage_id
 
@@ -80,15 +80,25 @@ def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg, openie
         decoding["step_max_new_tokens"] = [ner, tri]
     if llm_cfg.constrained_decoding:
         decoding["schemas"] = digest([prompts.NER_SCHEMA, prompts.TRIPLE_SCHEMA])
-    return digest(
-        {
-            "format": EXTRACT_FORMAT,
-            "corpus": corpus_digest(corpus_strings),
-            "model": model_id,
-            "decoding": decoding,
-            "prompt": prompts.PROMPT_VERSION,
-        }
-    )
+    parts = {
+        "format": EXTRACT_FORMAT,
+        "corpus": corpus_digest(corpus_strings),
+        "model": model_id,
+        "decoding": decoding,
+        "prompt": prompts.PROMPT_VERSION,
+    }
+    # How replies are read; entered only when not `lenient` (what older keys were made with).
+    reading = getattr(openie_cfg, "parse", "lenient")
+    if reading != "lenient":
+        parts["parse"] = reading
+    return digest(parts)
+
+
+def openie_reader(openie_cfg) -> OpenIEReader:
+    """The reader `openie.parse` names (registry OPENIE_PARSERS)."""
+    from hipporag2.registry import OPENIE_PARSERS
+
+    return OPENIE_PARSERS.load(getattr(openie_cfg, "parse", "reference"))
 
 
 def default_output_path(cfg: Config, key: str) -> Path:
@@ -120,6 +130,15 @@ def _load_checkpoint(path: Path) -> List[Extraction]:
     return parse_openie(path)
 
 
+def reply_is_cut(resp, limit: Optional[int]) -> bool:
+    """Did the reply stop at its token limit? The reference asks its client for the
+    finish reason ("length"); our backends report the output token count, and a reply
+    that used all `limit` tokens was stopped by the limit (a reply ending exactly at the
+    limit on its own is counted as cut too: for valid JSON the closing step changes
+    nothing)."""
+    return limit is not None and resp.output_tokens >= limit
+
+
 class _Counts:
     def __init__(self) -> None:
         self.parse_failures = {"ner": 0, "triples": 0}
@@ -135,28 +154,35 @@ class _Counts:
     def parse_failures_triples(self) -> int:
         return self.parse_failures["triples"]
 
-    def read(self, step: str, resp, parser) -> Optional[list]:
+    def read(self, step: str, resp, parser, limit: Optional[int] = None) -> Optional[list]:
         """One answer of `step` parsed ([] if unparsable), or None if the request failed;
-        every failure, unparsable answer (with its reason) and repaired cut is counted."""
+        every failure, unparsable answer (with its reason) and repaired cut is counted.
+        `parser(text, cut)` is one of an `OpenIEReader`'s; the reply counts as cut at
+        the token limit (the reference's finish_reason "length") when it used all of
+        `limit` output tokens."""
         if resp.error is not None:
             self.llm_failures += 1
             return None
-        value, ok, reason = parser(resp.text)
+        value, ok, reason = parser(resp.text, reply_is_cut(resp, limit))
         if not ok:
             self.parse_failures[step] += 1
             k = f"{step}:{reason}"
             self.reasons[k] = self.reasons.get(k, 0) + 1
             return []
-        if reason == "truncated":
+        if reason in ("truncated", "repaired"):
             self.repaired += 1
         return value
 
 
 def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bool, counts: _Counts,
-                   limits: Tuple[Optional[int], Optional[int]] = (None, None)) -> List[Tuple[Extraction, bool]]:
+                   limits: Tuple[Optional[int], Optional[int]] = (None, None),
+                   reader: OpenIEReader = LENIENT_READER) -> List[Tuple[Extraction, bool]]:
     """(extraction, complete) per passage; complete=False when an LLM request failed.
 
     `limits`: max_new_tokens of the NER and the triple requests (None: the LLM's default).
+    `reader`: how replies are read (`openie.parse`). Entities that are not strings (the
+    reference's reading keeps what the reply wrote) are not stored: the interchange
+    format holds strings (docs/quirks.md).
     """
     ner_limit, triple_limit = limits
     ner_schema = prompts.NER_SCHEMA if constrained else None
@@ -166,9 +192,9 @@ def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bo
         stage="openie_ner",
         progress=progress,
     )
-    read = [counts.read("ner", resp, parse_entities) for resp in ner_out]
+    read = [counts.read("ner", resp, reader.entities, ner_limit) for resp in ner_out]
     failed = [value is None for value in read]
-    entities: List[List[str]] = [value or [] for value in read]
+    entities: List[List[str]] = [[e for e in value if isinstance(e, str)] if value else [] for value in read]
     triple_schema = prompts.TRIPLE_SCHEMA if constrained else None
     todo = [i for i in range(len(passages)) if not failed[i]]
     triple_out = llm.generate(
@@ -179,7 +205,7 @@ def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bo
     )
     triples: List[list] = [[] for _ in passages]
     for i, resp in zip(todo, triple_out):
-        value = counts.read("triples", resp, parse_triples)
+        value = counts.read("triples", resp, reader.triples, triple_limit)
         failed[i] = value is None
         triples[i] = value or []
     return [
@@ -235,7 +261,7 @@ def extract_corpus(
             chunk = todo[pos : pos + size]
             t0 = time.monotonic()
             results = _extract_chunk(llm, [strings[i] for i in chunk], constrained, cfg.progress, counts,
-                                     step_limits(cfg.llm, cfg.openie))
+                                     step_limits(cfg.llm, cfg.openie), openie_reader(cfg.openie))
             for i, (ex, complete) in zip(chunk, results):
                 if complete:
                     done[corpus_ids[i]] = ex

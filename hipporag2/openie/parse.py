@@ -20,7 +20,7 @@ import ast
 import json
 import re
 import warnings
-from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 # Longer answers are cut before parsing: no legitimate answer of these stages is
 # anywhere near this long (1,024 tokens are ~5,000 characters), and it bounds the work
@@ -303,3 +303,25 @@ def parse_triples(text: Any, keys: Sequence[str] = ("triples", "triple")) -> Par
     if parsed.reason == "truncated" and out and len(out[-1]) < 3:
         out.pop()
     return ParseResult(out, True, parsed.reason)
+
+
+def _lenient_entities(text: Any, cut: bool = False) -> ParseResult:
+    return parse_entities(text)
+
+
+def _lenient_triples(text: Any, cut: bool = False) -> ParseResult:
+    return parse_triples(text)
+
+
+class OpenIEReader(NamedTuple):
+    """How one `openie.parse` choice (registry OPENIE_PARSERS) reads NER and triple
+    replies: `entities(text, cut)`, `triples(text, cut)` -> ParseResult, where `cut`
+    says the reply stopped at its token limit."""
+
+    name: str
+    entities: Callable[[Any, bool], ParseResult]
+    triples: Callable[[Any, bool], ParseResult]
+
+
+# `openie.parse=lenient`: the readers above (a cut reply is repaired wherever it stops).
+LENIENT_READER = OpenIEReader("lenient", _lenient_entities, _lenient_triples)

@@ -1,7 +1,8 @@
 """Named entities of questions, for NER-to-node linking (HippoRAG v1 and the ablation).
 
 One batched LLM call per batch of questions (stage "query_ner"), one-shot prompt from
-`prompts.py`, answers read leniently by `parse.py`. An unreadable answer gives no
+`prompts.py`, answers read as `openie.parse` says (the reference's reading by default,
+which keeps elements that are not strings: the retriever decides). An unreadable answer gives no
 entities for that question (the retriever then has no phrase seeds for it) and is
 counted in `stats`.
 """
@@ -12,14 +13,17 @@ from typing import Dict, List, Sequence
 
 from hipporag2.llm.base import ChatRequest
 from hipporag2.openie import prompts
-from hipporag2.openie.parse import parse_entities
+from hipporag2.openie.extract import openie_reader, reply_is_cut
+from hipporag2.openie.parse import LENIENT_READER, OpenIEReader
 
 log = logging.getLogger("hipporag2.query_ner")
 
 
 class QueryNER:
-    def __init__(self, llm, constrained: bool = False, progress: bool = True, max_new_tokens: int | None = None):
+    def __init__(self, llm, constrained: bool = False, progress: bool = True, max_new_tokens: int | None = None,
+                 reader: OpenIEReader = LENIENT_READER):
         self.llm = llm
+        self.reader = reader
         self.constrained = constrained
         self.progress = progress
         self.max_new_tokens = max_new_tokens
@@ -39,7 +43,8 @@ class QueryNER:
                 self.stats["llm_failures"] += 1
                 out.append([])
                 continue
-            value, ok, _ = parse_entities(resp.text)
+            limit = self.max_new_tokens or getattr(getattr(self.llm, "cfg", None), "max_new_tokens", None)
+            value, ok, _ = self.reader.entities(resp.text, reply_is_cut(resp, limit))
             if not ok:
                 self.stats["parse_failures"] += 1
                 value = []
@@ -52,4 +57,7 @@ class QueryNER:
 
 
 def build_query_ner(cfg, llm) -> QueryNER:
-    return QueryNER(llm, constrained=bool(cfg.llm.constrained_decoding), progress=bool(cfg.progress))
+    """Query NER replies are read like OpenIE's NER replies (`openie.parse`)."""
+
+    return QueryNER(llm, constrained=bool(cfg.llm.constrained_decoding), progress=bool(cfg.progress),
+                    reader=openie_reader(cfg.openie))

@@ -1,7 +1,10 @@
 """The reader (SPEC §5): answer each question from its top `qa_top_k` retrieved passages.
 
-Batched LLM calls (stage "qa") of `qa.chunk_size` questions: answers reach the
-response cache call by call, so a rerun after a kill asks only what was unanswered.
+Batched LLM calls (stage "qa") of at most `qa.chunk_size` questions, sized so that one
+takes about `checkpoint_s`; each finished call is appended to the run's
+`qa.partial.jsonl` (hipporag2/qa/checkpoint.py), so a rerun after an interrupt or a
+kill asks only what was unanswered (and the response cache keeps answers as they
+arrive).
 Which marker counts (`qa.answer_marker`): `reference` (default) reads the answer as the
 reference implementation does, the text between the FIRST `Answer:` (case-sensitive)
 and the next one, stripped, or the whole reply (unstripped) when there is none; `last`
@@ -13,6 +16,7 @@ the max over the gold answers, ×100 with one decimal. Per-question rows go to
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -79,13 +83,49 @@ class Answer:
     raw_output: str
     marker_found: bool
     error: Optional[str] = None
+    resumed: bool = False  # the reply came from the run's QA checkpoint
 
 
-def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]]) -> List[Answer]:
-    """The reader on (title, text) contexts, `qa.chunk_size` questions per LLM call.
-    With qa.answer_format=json each request carries the answer schema (decoded under
-    it where the backend constrains decoding) and the reply is read as JSON, falling
-    back to the configured `Answer:` marker rule."""
+# Questions in the first reader call, before the pace is known (then sized by time).
+FIRST_CHUNK = 32
+
+
+def _generate_checkpointed(cfg, llm, requests: List[ChatRequest], checkpoint_dir: Optional[Path]) -> Tuple[List, int]:
+    """The replies to `requests`, asked in calls of at most `qa.chunk_size` questions
+    that shrink so that one takes about `checkpoint_s` at the measured pace (as OpenIE's
+    chunks do); with `checkpoint_dir`, each finished call is appended to its
+    `qa.partial.jsonl` and a rerun starts after the last one."""
+    from hipporag2.openie.extract import next_chunk_size
+    from hipporag2.qa.checkpoint import QA_PARTIAL, QACheckpoint
+
+    max_size = max(1, int(cfg.qa.chunk_size))
+    checkpoint_s = float(getattr(cfg, "checkpoint_s", 30.0))
+    ckpt = QACheckpoint(Path(checkpoint_dir) / QA_PARTIAL, [llm.key_of(r) for r in requests]) if checkpoint_dir else None
+    responses = ckpt.resume() if ckpt is not None else []
+    resumed = len(responses)
+    pos, size = len(responses), min(max_size, FIRST_CHUNK) if checkpoint_s > 0 else 1
+    try:
+        while pos < len(requests):
+            t0 = time.monotonic()
+            got = llm.generate(requests[pos : pos + size], stage="qa", progress=bool(cfg.progress))
+            if ckpt is not None:
+                ckpt.append(pos, got)
+            responses += got
+            size = next_chunk_size(max_size, len(got), time.monotonic() - t0, checkpoint_s)
+            pos += len(got)
+    finally:
+        if ckpt is not None:
+            ckpt.close()
+    return responses, resumed
+
+
+def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]],
+                     checkpoint_dir: Optional[Path] = None) -> List[Answer]:
+    """The reader on (title, text) contexts, in LLM calls of at most `qa.chunk_size`
+    questions sized by `checkpoint_s` (see `_generate_checkpointed`; `checkpoint_dir`
+    makes them resumable). With qa.answer_format=json each request carries the
+    answer schema (decoded under it where the backend constrains decoding) and the
+    reply is read as JSON, falling back to the configured `Answer:` marker rule."""
     from hipporag2.registry import QA_ANSWER_MARKERS
 
     read_marker = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
@@ -98,17 +138,14 @@ def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequ
             return extract_json_answer(text, read_marker)
     else:
         read_answer = read_marker
-    step = cfg.qa.chunk_size
-    responses = []
-    for c0 in range(0, len(requests), step):
-        responses += llm.generate(requests[c0 : c0 + step], stage="qa", progress=bool(cfg.progress))
+    responses, resumed = _generate_checkpointed(cfg, llm, requests, checkpoint_dir)
     out = []
-    for resp in responses:
+    for i, resp in enumerate(responses):
         if resp.error is not None:
-            out.append(Answer("", resp.text, False, resp.error))
+            out.append(Answer("", resp.text, False, resp.error, resumed=i < resumed))
         else:
             prediction, found = read_answer(resp.text)
-            out.append(Answer(prediction, resp.text, found))
+            out.append(Answer(prediction, resp.text, found, resumed=i < resumed))
     return out
 
 
@@ -119,6 +156,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     answers = answer_questions(
         cfg, llm, [q.question for q in queries],
         [[(corpus.passages[i].title, corpus.passages[i].text) for i in ctx] for ctx in contexts],
+        checkpoint_dir=run_dir,
     )
     rows, ems, f1s = [], [], []
     no_marker = failures = 0
@@ -155,6 +193,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         "qa_em": round(100.0 * sum(ems) / n, 1) if n else 0.0,
         "qa_f1": round(100.0 * sum(f1s) / n, 1) if n else 0.0,
         "qa_n": n,
+        "qa_resumed_questions": sum(1 for a in answers if a.resumed),
         "qa_top_k": top_k,
         "qa_no_answer_marker": no_marker,
         "qa_llm_failures": failures,

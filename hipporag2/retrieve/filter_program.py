@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from hipporag2.errors import ConfigError
+
 log = logging.getLogger("hipporag2.filter")
 
 OWN_PROGRAM = Path(__file__).resolve().parent.parent / "resources" / "filter_program.json"
@@ -46,8 +48,11 @@ DEFAULT_FIELD_DESCRIPTIONS = {
 }
 
 
-class ProgramError(ValueError):
-    """A program cannot be found or read; the message names the file or the setting."""
+class ProgramError(ConfigError):
+    """A program cannot be found or read; the message names the file or the setting.
+
+    A ConfigError (hence a ValueError): wherever it is raised, at start-up or when a
+    stage loads the program later, the commands print it as one line with exit 2."""
 
 
 @dataclass
@@ -115,7 +120,7 @@ _OUTPUT_TYPE = re.compile(r"`" + OUTPUT_FIELD + r"` \((\w+)\)")
 def program_from_dict(data: Any, path: str = "", name: str = "") -> FilterProgram:
     pred = _find_predictor(data)
     if pred is None:
-        raise ValueError(f"{path or 'filter program'}: expected an object with 'prog' (or 'demos'/'signature'/'system')")
+        raise ProgramError(f"{path or 'filter program'}: expected an object with 'prog' (or 'demos'/'signature'/'system')")
     sig = pred.get("signature") or {}
     instructions = str(sig.get("instructions") or pred.get("instructions") or "").strip()
     descriptions: Dict[str, str] = {}
@@ -132,7 +137,7 @@ def program_from_dict(data: Any, path: str = "", name: str = "") -> FilterProgra
     system = pred.get("system")
     if not isinstance(system, str) or not system.strip():
         if not instructions:
-            raise ValueError(f"{path or 'filter program'}: neither a system message nor signature.instructions")
+            raise ProgramError(f"{path or 'filter program'}: neither a system message nor signature.instructions")
         system = render_system(instructions, descriptions)
     m = _OUTPUT_TYPE.search(system)
     return FilterProgram(
@@ -193,10 +198,7 @@ def reference_program() -> FilterProgram:
         # Not fatal: the program may be the same; the hash in metrics.json tells.
         log.warning("%s %s is installed; the reference program was checked against %s", REFERENCE_DIST, version, REFERENCE_VERSION)
     data = read_assignment(path, REFERENCE_VARIABLE)
-    try:
-        return program_from_dict(data, f"{path}:{REFERENCE_VARIABLE}", name="reference")
-    except ValueError as exc:
-        raise ProgramError(str(exc)) from None
+    return program_from_dict(data, f"{path}:{REFERENCE_VARIABLE}", name="reference")
 
 
 def own_program() -> FilterProgram:

@@ -31,12 +31,13 @@ from hipporag2.graph.store import Index
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
-from hipporag2.retrieve.scoring import min_max_rows, min_max_top_k_product, rank_desc
+from hipporag2.retrieve.scoring import min_max, min_max_rows, min_max_top_k_product, rank_desc
 from hipporag2.retrieve.seeds import (
     passage_seed_vector,
     phrase_weights_from_facts,
     uniform_phrase_seeds,
 )
+from hipporag2.text import normalise_phrase
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,13 @@ class GraphRetriever:
         self.query_ner = query_ner
         self.progress = progress
         self.uniform_seeds = cfg.method == "hipporag1"
+        # HippoRAG 1 as the legacy v1 code scores it (docs/quirks.md); `spec` = SPEC §4
+        self.v1_legacy = cfg.method == "hipporag1" and getattr(cfg, "v1_scoring", "legacy") == "legacy"
+        if self.v1_legacy and index.passage_facts is None:
+            raise ValueError(
+                "retrieval.v1_scoring=legacy scores passages through their facts, but this index has no "
+                "passage -> fact table (made by an older hipporag2): rebuild it, or set retrieval.v1_scoring=spec"
+            )
         self.with_passage_nodes = cfg.passage_nodes and cfg.method != "hipporag1"
         if cfg.linking == "ner_to_node" and query_ner is None:
             raise ValueError("retrieval.linking=ner_to_node needs query NER from an LLM (set llm=...)")
@@ -79,6 +87,7 @@ class GraphRetriever:
         self._resets = OutputBuffer()  # and its reset vectors
         self.passages_per_phrase = [len(p) for p in index.phrase_passages]
         self._passage_phrase = None
+        self._fact_chain = None
 
     @property
     def passage_phrase(self) -> sp.csr_matrix:
@@ -89,6 +98,21 @@ class GraphRetriever:
             cols = [p for ps in idx.phrase_passages for p in ps]
             self._passage_phrase = sp.csr_matrix((np.ones(len(rows)), (cols, rows)), shape=(idx.n_passages, idx.n_phrases))
         return self._passage_phrase
+
+    @property
+    def fact_chain(self) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
+        """(passage x fact, fact x phrase) 0/1 matrices: the legacy v1 code's
+        `docs_to_facts` and `facts_to_phrases` (a fact whose subject is its object
+        has one 1)."""
+        if self._fact_chain is None:
+            self._fact_chain = legacy_fact_chain(self.index)
+        return self._fact_chain
+
+    def passage_scores(self, phrase_ppr: np.ndarray) -> np.ndarray:
+        """Passage scores of a graph without passage nodes, from the phrases' PPR mass."""
+        if self.v1_legacy:
+            return legacy_passage_scores(*self.fact_chain, phrase_ppr)
+        return self.passage_phrase @ phrase_ppr
 
     # ---- linking -------------------------------------------------------------------
     def _link_facts(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
@@ -136,6 +160,10 @@ class GraphRetriever:
         """ner_to_node: each query entity is linked to its nearest phrase node."""
         idx = self.index
         entities = self.query_ner(list(questions))
+        if self.v1_legacy:
+            entities = [legacy_query_entities(ents) for ents in entities]
+        else:
+            entities = [[e for e in ents if isinstance(e, str)] for ents in entities]
         flat = [e for ents in entities for e in ents]
         emb = self.store.embed(flat, instruction=ins.NER_TO_PHRASE, desc="embed query entities", progress=self.progress)
         sims = emb @ np.asarray(idx.phrase_emb).T if len(flat) else np.zeros((0, idx.n_phrases))
@@ -143,7 +171,8 @@ class GraphRetriever:
         for ents in entities:
             linked, linked_scores = [], []
             for _ in ents:
-                j = int(rank_desc(sims[pos], 1)[0])
+                # legacy: np.argmax (equal cosines: the lower index); else our rank rule
+                j = int(np.argmax(sims[pos])) if self.v1_legacy else int(rank_desc(sims[pos], 1)[0])
                 if j not in linked:
                     linked.append(j)
                     linked_scores.append(float(sims[pos][j]))
@@ -185,7 +214,10 @@ class GraphRetriever:
             ranked = self._graph_results(block, dense, links)
             for r, q in enumerate(block):
                 res = ranked.get(r)
-                results.append(res if res is not None else query_result(q.id, links[r], self.index, None, dense[r], cfg.retrieval_top_k))
+                if res is None:
+                    res = query_result(q.id, links[r], self.index, None, dense[r], cfg.retrieval_top_k,
+                                       uniform=self.v1_legacy)
+                results.append(res)
         return results
 
     def _graph_results(self, block: Sequence[Query], dense: np.ndarray, links) -> Dict[int, RetrievalResult]:
@@ -224,24 +256,66 @@ class GraphRetriever:
             ppr = self.solver.solve(R, cfg.damping, out=self._ppr_out.view((len(part), width)), columns=cols)
             for i, r in enumerate(part):
                 vec = ppr[i]
-                scores = vec if self.with_passage_nodes else self.passage_phrase @ vec
+                scores = vec if self.with_passage_nodes else self.passage_scores(vec)
                 out[r] = query_result(block[r].id, links[r], idx, scores, dense[r], cfg.retrieval_top_k)
         return out
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,
-                 top_k: int) -> RetrievalResult:
-    """One query's ranked passages: by its PPR passage scores, or by its dense scores
-    when it had no PPR (the fallback of SPEC §3), with the seeds in the details.
-    Shared by `retrieve` and the sweep, so a sweep point's rows equal a run's."""
+                 top_k: int, uniform: bool = False) -> RetrievalResult:
+    """One query's ranked passages: by its PPR passage scores, or, when it had no PPR,
+    by its dense scores (the fallback of SPEC §3) or, with `uniform` (HippoRAG 1 as the
+    legacy code runs it), by one equal score for every passage, which our tie rule
+    (and the legacy's reversed stable sort) lists in reverse corpus order. Seeds go in
+    the details; `fallback` is true for both. Shared by `retrieve` and the sweep, so a
+    sweep point's rows equal a run's."""
     seeds, details = link
     details = dict(details)
     details["seed_phrases"] = [[idx.phrases[i], float(w)] for i, w in seeds]
     details["fallback"] = scores is None
     if scores is None:
-        scores = dense_row
+        details["fallback_ranking"] = "uniform" if uniform else "dense"
+        scores = np.full(idx.n_passages, 1.0 / max(idx.n_passages, 1)) if uniform else dense_row
     order = rank_desc(scores, top_k)
     return RetrievalResult(query_id, order.tolist(), [float(scores[i]) for i in order], details)
+
+
+def legacy_query_entities(entities: Sequence) -> List[str]:
+    """Query entities as the legacy v1 code links them: each normalised like a phrase
+    (an entity that normalises to "" stays, and links like any other); an entity that
+    is not a string makes its normalisation fail, and the legacy then drops them all."""
+    if not all(isinstance(e, str) for e in entities):
+        return []
+    return [normalise_phrase(e) for e in entities]
+
+
+def legacy_fact_chain(idx: Index) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The legacy v1 code's `docs_to_facts` (passage x fact) and `facts_to_phrases`
+    (fact x phrase) 0/1 matrices, from the index's facts."""
+    if idx.passage_facts is None:
+        raise ValueError("this index has no passage -> fact table (made by an older hipporag2): rebuild it")
+    rows = [p for p, fs in enumerate(idx.passage_facts) for _ in fs]
+    cols = [f for fs in idx.passage_facts for f in fs]
+    docs_to_facts = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(idx.n_passages, len(idx.facts)))
+    pi = idx.phrase_index
+    f_rows, f_cols = [], []
+    for f, (s, _, o) in enumerate(idx.facts):
+        for phrase in dict.fromkeys((s, o)):  # a self-loop fact has its phrase once
+            j = pi.get(phrase)
+            if j is not None:
+                f_rows.append(f)
+                f_cols.append(j)
+    facts_to_phrases = sp.csr_matrix((np.ones(len(f_rows)), (f_rows, f_cols)), shape=(len(idx.facts), idx.n_phrases))
+    return docs_to_facts, facts_to_phrases
+
+
+def legacy_passage_scores(docs_to_facts: sp.csr_matrix, facts_to_phrases: sp.csr_matrix,
+                          phrase_ppr: np.ndarray) -> np.ndarray:
+    """docs_to_facts . (facts_to_phrases . ppr), min-max normalised: a passage counts a
+    phrase once per distinct fact of its that mentions it. When every passage scores the
+    same the legacy divides 0 by 0 (all NaN, listed in reverse corpus order); `min_max`
+    gives all ones, which our tie rule lists in the same order."""
+    return min_max(docs_to_facts @ (facts_to_phrases @ np.asarray(phrase_ppr, dtype=np.float64)))
 
 
 class DenseRetriever:

@@ -1,0 +1,109 @@
+"""The QA stage's checkpoint: `qa.partial.jsonl` in the run folder.
+
+Why a file of its own when the LLM response cache already keeps answers: the cache is
+written as a backend returns, which for vLLM is once per call, and it may be shared,
+pruned or absent (the library without a cache_dir); the checkpoint is the run's own
+record of which questions are answered. It holds a header naming the work (a digest
+of every request's response-cache key: model, decoding, prompt, passages, question)
+and one line per finished chunk of reader calls, each appended with flush and fsync.
+A rerun of the same QA work reads the finished chunks back (a line torn by a kill is
+cut off) and asks only the rest; other work (other passages, model or prompt)
+discards the file. Replies are kept raw, so how an answer is read from them
+(`qa.answer_marker`, `qa.answer_format`) is applied afresh and can change without
+asking again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from hipporag2 import atomicio
+from hipporag2.llm.base import ChatResponse
+from hipporag2.stagekeys import digest
+
+log = logging.getLogger("hipporag2.qa")
+
+QA_PARTIAL = "qa.partial.jsonl"
+
+
+class QACheckpoint:
+    def __init__(self, path: Path, keys: Sequence[str]):
+        self.path = Path(path)
+        self.keys = list(keys)
+        self._f = None
+
+    def _header(self) -> dict:
+        return {"checkpoint": {"stage": "qa", "n_questions": len(self.keys), "requests": digest(self.keys)}}
+
+    def resume(self) -> List[ChatResponse]:
+        """The replies of the finished chunks, in question order (a prefix of the questions)."""
+        if not self.path.is_file():
+            return []
+        with open(self.path, "rb") as f:
+            lines = f.read().split(b"\n")
+        done: List[ChatResponse] = []
+        good_bytes, ok = 0, False
+        for n, line in enumerate(lines[:-1]):  # what follows the last newline is torn
+            try:
+                obj = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                break
+            if n == 0:
+                if obj != self._header():
+                    log.info("QA checkpoint %s is of other questions, passages or settings; answering from the start", self.path)
+                    break
+                ok = True
+            else:
+                rows = obj.get("rows") if isinstance(obj, dict) else None
+                start = len(done)
+                if obj.get("start") != start or not isinstance(rows, list) or \
+                        [r.get("key") for r in rows] != self.keys[start : start + len(rows)]:
+                    break
+                done.extend(ChatResponse(r["text"], int(r["input_tokens"]), int(r["output_tokens"]), True, r.get("error"))
+                            for r in rows)
+            good_bytes += len(line) + 1
+        if not ok:
+            self.path.unlink(missing_ok=True)
+            return []
+        with open(self.path, "r+b") as f:  # drop a torn or foreign tail
+            f.truncate(good_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+        if done:
+            log.info("QA checkpoint %s: %d of %d questions already answered, resuming", self.path, len(done), len(self.keys))
+        return done
+
+    def append(self, start: int, responses: Sequence[ChatResponse]) -> None:
+        if self._f is None:
+            new = not self.path.is_file()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "ab")
+            if new:
+                self._write(self._header())
+        rows = [{"key": k, "text": r.text, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "error": r.error}
+                for k, r in zip(self.keys[start : start + len(responses)], responses)]
+        self._write({"start": start, "rows": rows})
+
+    def _write(self, obj) -> None:
+        self._f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def remove(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        atomicio.fsync_dir(self.path.parent)
+
+
+def remove_checkpoint(run_dir: Optional[Path]) -> None:
+    """Once the run's outputs (qa.jsonl, metrics.json) are written, the checkpoint goes."""
+    if run_dir is not None:
+        QACheckpoint(Path(run_dir) / QA_PARTIAL, []).remove()
