@@ -18,9 +18,11 @@ embedding cache, `hipporag2.indexing.assemble_index`, `hipporag2.retrieve.factor
 the reader), so the library and `hipporag2 ...` give the same rankings.
 
 `save_dir` holds the index (`index/`), the OpenIE extractions of the indexed
-passages (`openie.json`, interchange format), the synonym pairs (`synonyms.npz`, what
-an insert reuses) and `hipporag2_index.json` (the settings that define the index,
-written last). Reopening a `save_dir` loads it without indexing again; opening it
+passages (`openie.json`, then one `openie.N.json` per insert; interchange format),
+the synonym pairs (`synonyms.npz`) and the triples' endpoint arrays (`content.npz`),
+both what an insert extends, and `hipporag2_index.json` (the settings that define
+the index and the OpenIE files, written last). An insert writes only what changed
+(new embedding rows as one more segment, `graph/store.py`). Reopening a `save_dir` loads it without indexing again; opening it
 with settings that would build a different index (another encoder or graph setting)
 is an error, never a silent rebuild.
 
