@@ -56,8 +56,10 @@ $(VLLM_STAMP): pyproject.toml Makefile
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py
 
+# The slowest tests and the wall/CPU seconds of every file are printed at the end
+# (benchmarks/pytest_cputime.py; docs/testing.md keeps the suite's time budget).
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -p benchmarks.pytest_cputime --durations=15
 
 clean-cache:
 	rm -rf .hipporag2_cache

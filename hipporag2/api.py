@@ -8,6 +8,7 @@
     report = rag.rag_qa(results, gold_answers=[["..."]])   # needs an llm=...
     rag.index(more_docs)                 # insert: only the new passages are processed
     rag.delete(some_docs)
+    rag.close()                          # or: with HippoRAG(...) as rag: ...
 
 Shaped like the reference implementation's class so its users switch with few edits.
 Settings are the CLI's: `overrides` are the same Hydra override strings, validated
@@ -17,9 +18,11 @@ embedding cache, `hipporag2.indexing.assemble_index`, `hipporag2.retrieve.factor
 the reader), so the library and `hipporag2 ...` give the same rankings.
 
 `save_dir` holds the index (`index/`), the OpenIE extractions of the indexed
-passages (`openie.json`, interchange format), the synonym pairs (`synonyms.npz`, what
-an insert reuses) and `hipporag2_index.json` (the settings that define the index,
-written last). Reopening a `save_dir` loads it without indexing again; opening it
+passages (`openie.json`, then one `openie.N.json` per insert; interchange format),
+the synonym pairs (`synonyms.npz`) and the triples' endpoint arrays (`content.npz`),
+both what an insert extends, and `hipporag2_index.json` (the settings that define
+the index and the OpenIE files, written last). An insert writes only what changed
+(new embedding rows as one more segment, `graph/store.py`). Reopening a `save_dir` loads it without indexing again; opening it
 with settings that would build a different index (another encoder or graph setting)
 is an error, never a silent rebuild.
 
@@ -44,11 +47,14 @@ from hipporag2 import atomicio
 from hipporag2.config import Config, ConfigError, validate
 from hipporag2.data.loaders import Corpus, Query, passage_of_string
 from hipporag2.results import QAReport, QueryResult, from_details
+from hipporag2.stagetime import StageClock, StageTime
 
 log = logging.getLogger("hipporag2")
 
 STATE_FILE = "hipporag2_index.json"
 STATE_FORMAT = 1
+CONTENT_FILE = "content.npz"  # the triples' endpoint arrays and query mask: what an insert extends
+MAX_OPENIE_FILES = 32  # inserts add an OpenIE file each; past this many, one file is written anew
 
 
 class HippoRAG:
@@ -83,10 +89,42 @@ class HippoRAG:
         self._index = None
         self._synonyms = None
         self._cleaned = None  # cleaned triples by passage, kept in memory for the next insert
-        self._extractions: Dict[str, Any] = {}
+        self._content = None  # the index's IndexContent, likewise (an insert extends it)
+        self._extractions = SavedExtractions([])
+        self._openie_files: List[str] = []  # the save_dir's OpenIE files, oldest first
         self.last_update = None  # UpdateStats of the latest insert/delete (synonym KNN work)
+        self.last_timings: Dict[str, StageTime] = {}  # wall / CPU seconds by stage of the latest insert/delete
+        self.closed = False
         if (self.save_dir / STATE_FILE).is_file():
             self._load()
+
+    # ---- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the LLM (a vLLM engine's worker processes, which would otherwise keep
+        the interpreter from exiting; a local model's weights), its response cache, the
+        encoder and the memory-mapped index files. The index on disk is complete after
+        every `index`/`delete`, so nothing is written here. Idempotent; the object is
+        unusable afterwards (reopen `save_dir` to continue)."""
+        if self.closed:
+            return
+        self.closed = True
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.release()
+        self._retriever = self._store = self._index = None
+        self._synonyms = self._cleaned = self._content = None
+        self._extractions = SavedExtractions([])
+
+    def __enter__(self) -> "HippoRAG":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ConfigError(f"HippoRAG({str(self.save_dir)!r}) is closed: open the save_dir again to use it")
 
     # ---- state ---------------------------------------------------------------------
 
@@ -127,7 +165,6 @@ class HippoRAG:
 
     def _load(self) -> None:
         from hipporag2.graph.store import load_index
-        from hipporag2.openie.interchange import parse_openie
 
         state = json.loads((self.save_dir / STATE_FILE).read_text(encoding="utf-8"))
         if state.get("format") != STATE_FORMAT:
@@ -138,28 +175,48 @@ class HippoRAG:
             raise ConfigError(f"{self.save_dir}: index/ holds {self._index.n_passages} passages, {STATE_FILE} says {state['passages']}")
         syn = np.load(self.save_dir / "synonyms.npz")
         self._synonyms = (syn["query"], syn["neighbour"], syn["score"])
-        openie = self.save_dir / "openie.json"
-        self._extractions = {ex.idx: ex for ex in parse_openie(openie)} if openie.is_file() else {}
+        self._openie_files = [f for f in state.get("openie_files", ["openie.json"]) if (self.save_dir / f).is_file()]
+        self._extractions = SavedExtractions([self.save_dir / f for f in self._openie_files])
+        if self.needs_graph and (self.save_dir / CONTENT_FILE).is_file():
+            from hipporag2.indexing import content_of_index
+
+            with np.load(self.save_dir / CONTENT_FILE) as arrays:
+                self._content = content_of_index(self._index, {k: arrays[k] for k in arrays.files})
         self._saved_settings = state["settings"]
         log.info("opened %s: %d passages, %d phrases", self.save_dir, self._index.n_passages, self._index.n_phrases)
 
-    def _save(self, settings: Dict[str, Any]) -> None:
+    def _save(self, settings: Dict[str, Any], appended: Optional[List[str]]) -> None:
+        """Write what changed. `appended`: the passages an insert added at the end (None:
+        anything else), whose OpenIE goes to a file of its own beside the earlier ones;
+        the index's embedding rows are likewise written once (`graph/store.py`)."""
         from hipporag2.graph.store import save_index
         from hipporag2.openie.interchange import write_openie
+        from hipporag2.text import passage_id
 
         self.save_dir.mkdir(parents=True, exist_ok=True)
         state_path = self.save_dir / STATE_FILE
         state_path.unlink(missing_ok=True)  # the state file marks a complete save_dir: written last
-        q, c, s = self._synonyms
-        buf_path = self.save_dir / "synonyms.npz"
-        tmp = buf_path.with_name(buf_path.name + ".tmp.npz")
-        np.savez(tmp, query=q, neighbour=c, score=np.asarray(s, dtype=np.float32))
-        tmp.replace(buf_path)
+        arrays = {"query": self._synonyms[0], "neighbour": self._synonyms[1], "score": np.asarray(self._synonyms[2], np.float32)}
+        _write_npz(self.save_dir / "synonyms.npz", arrays)
         if self.needs_graph:
-            write_openie(self.save_dir / "openie.json",
-                         [self._extractions[k] for k in self._passage_ids() if k in self._extractions])
+            if appended is not None and self._openie_files and len(self._openie_files) < MAX_OPENIE_FILES:
+                exs = [self._extractions.get(k) for k in (passage_id(p) for p in appended)]
+                if any(e is not None for e in exs):
+                    name = f"openie.{max(_file_numbers(self._openie_files)) + 1}.json"
+                    write_openie(self.save_dir / name, [e for e in exs if e is not None])
+                    self._openie_files.append(name)
+            else:
+                exs = [self._extractions.get(k) for k in self._passage_ids()]
+                write_openie(self.save_dir / "openie.json", [e for e in exs if e is not None])
+                for stale in self._openie_files:
+                    if stale != "openie.json":
+                        (self.save_dir / stale).unlink(missing_ok=True)
+                self._openie_files = ["openie.json"]
+            c = self._content
+            _write_npz(self.save_dir / CONTENT_FILE, dict(zip(("subject", "object", "owner", "lengths"), c.pairs), query=c.query_mask()))
         save_index(self._index, self.save_dir / "index")
-        atomicio.write_json(state_path, {"format": STATE_FORMAT, "passages": self._index.n_passages, "settings": settings})
+        atomicio.write_json(state_path, {"format": STATE_FORMAT, "passages": self._index.n_passages, "settings": settings,
+                                         "openie_files": self._openie_files})
 
     def _passage_ids(self) -> List[str]:
         from hipporag2.text import passage_id
@@ -168,6 +225,7 @@ class HippoRAG:
 
     def store(self):
         """The embedding cache of the configured encoder (the encoder loads on first miss)."""
+        self._check_open()
         if self._store is None:
             from hipporag2.embed.store import open_store
 
@@ -179,27 +237,33 @@ class HippoRAG:
     def index(self, docs: Sequence[str]) -> int:
         """Index passage strings; passages already indexed are skipped, so calling it
         again with more passages inserts them. Returns how many were added."""
+        self._check_open()
         docs = _check_docs(docs, "index")
         have = set(self.passages)
         new = [d for d in dict.fromkeys(docs) if d not in have]
         if not new and self._index is not None:
             return 0
+        clock = StageClock()
         if self.needs_graph:
             from hipporag2.pipeline import get_openie
 
-            corpus = Corpus([passage_of_string(d, i) for i, d in enumerate(new)])
-            report: Dict[str, Any] = {}
-            extracted, _ = get_openie(self.cfg, corpus, self._llm, report)  # openie.min_coverage gate inside
-            self._check_facts(sum(len(ex.triples) for ex in {**self._extractions, **extracted}.values()),
-                              str(report.get("openie_source", "OpenIE")), len(have) + len(new))
-            self._extractions.update(extracted)
-        self._rebuild(self.passages + new)
+            with clock.stage("openie"):
+                corpus = Corpus([passage_of_string(d, i) for i, d in enumerate(new)])
+                report: Dict[str, Any] = {}
+                extracted, _ = get_openie(self.cfg, corpus, self._llm, report)  # openie.min_coverage gate inside
+                # raw triples of the indexed passages (their extractions, counted when indexed) + the new ones'
+                before = int(self._index.stats.get("raw_triples", 0)) if self._index is not None else 0
+                self._check_facts(before + sum(len(ex.triples) for ex in extracted.values()),
+                                  str(report.get("openie_source", "OpenIE")), len(have) + len(new))
+                self._extractions.update(extracted)
+        self._rebuild(self.passages + new, clock)
         log.info("indexed %d new passages (%d in all)", len(new), len(self.passages))
         return len(new)
 
     def delete(self, docs: Sequence[str]) -> int:
         """Remove passages, and the phrases and facts no remaining passage supports.
         Passages not in the index are ignored. Returns how many were removed."""
+        self._check_open()
         docs = set(_check_docs(docs, "delete", allow_empty=True))
         remaining = [p for p in self.passages if p not in docs]
         removed = len(self.passages) - len(remaining)
@@ -208,27 +272,33 @@ class HippoRAG:
         from hipporag2.text import passage_id
 
         keep_ids = {passage_id(p) for p in remaining}
-        self._extractions = {k: v for k, v in self._extractions.items() if k in keep_ids}
-        self._rebuild(remaining)
+        self._extractions.keep_only(keep_ids)
+        self._rebuild(remaining, StageClock())
         log.info("deleted %d passages (%d remain)", removed, len(remaining))
         return removed
 
-    def _rebuild(self, passages: List[str]) -> None:
+    def _rebuild(self, passages: List[str], clock: StageClock) -> None:
         from hipporag2.indexing import Previous, assemble_index
 
         settings = self._settings()
         previous = None
         if self._index is not None and self._synonyms is not None:
-            previous = Previous(self._index.phrases, self._synonyms, self._cleaned, self._index)
+            previous = Previous(self._index.phrases, self._synonyms, self._cleaned, self._index, self._content)
         split = [passage_of_string(p, i) for i, p in enumerate(passages)]
+        before = self.passages
         asm = assemble_index(
             passages, [p.title for p in split], list(range(len(passages))), self._extractions,
             self.store() if self.needs_encoder else None, self.cfg.graph, progress=self.cfg.progress,
             previous=previous, graph=self.needs_graph,
         )
         self._index, self._synonyms, self._cleaned, self.last_update = asm.index, asm.synonyms, asm.cleaned, asm.update
+        self._content = asm.content
         self._retriever = None
-        self._save(settings)
+        clock.merge(asm.clock)
+        appended = passages[len(before):] if len(passages) >= len(before) and passages[: len(before)] == before else None
+        with clock.stage("save"):
+            self._save(settings, appended)
+        self.last_timings = clock.stages
 
     # ---- retrieval and QA ----------------------------------------------------------
 
@@ -240,6 +310,7 @@ class HippoRAG:
         check_has_facts(n_facts, source, n_passages, self.cfg.retrieval.max_fallback_rate)
 
     def _get_retriever(self):
+        self._check_open()
         if self._index is None:
             raise ConfigError(f"{self.save_dir} has no index yet: call index(docs) first")
         if self.needs_graph:
@@ -292,6 +363,7 @@ class HippoRAG:
         from hipporag2.evaluate.metrics import exact_match, mean_recall, token_f1
         from hipporag2.qa.reader import answer_questions
 
+        self._check_open()
         results = [q if isinstance(q, QueryResult) else None for q in queries]
         todo = [q for q in queries if not isinstance(q, QueryResult)]
         if todo:
@@ -321,6 +393,47 @@ class HippoRAG:
         if gold_docs is not None:
             report.recall = mean_recall([r.gold_docs for r in results], [r.docs for r in results], self.cfg.recall_k)
         return report
+
+
+class SavedExtractions:
+    """OpenIE extractions by passage id: this session's in memory, the save_dir's read
+    from its files on the first look-up that misses (an insert after reopening looks
+    up only the new passages, so it reads none)."""
+
+    def __init__(self, files: Sequence[Path]):
+        self._files = list(files)
+        self._by_id: Dict[str, Any] = {}
+
+    def _read(self) -> None:
+        from hipporag2.openie.interchange import parse_openie
+
+        files, self._files = self._files, []
+        for f in files:
+            for ex in parse_openie(f):
+                self._by_id.setdefault(ex.idx, ex)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self._by_id and self._files:
+            self._read()
+        return self._by_id.get(key, default)
+
+    def update(self, extractions: Dict[str, Any]) -> None:
+        self._by_id.update(extractions)
+
+    def keep_only(self, keys: set) -> None:
+        self._read()
+        self._by_id = {k: v for k, v in self._by_id.items() if k in keys}
+
+
+def _write_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def _file_numbers(names: Sequence[str]) -> List[int]:
+    """openie.json is 1, openie.N.json is N."""
+    return [int(n.split(".")[1]) if n.count(".") == 2 else 1 for n in names]
 
 
 def _as_answers(gold) -> List[str]:

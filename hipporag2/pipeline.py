@@ -1,15 +1,21 @@
 """One run: data -> OpenIE -> index (embeddings + graph) -> retrieval -> evaluation.
 
 This is the stage layer under the library (`hipporag2.api.HippoRAG`): the CLI's
-`run`, `hipporag2-sweep` and `hipporag2-tune-filter` call its public functions
-(`load_inputs`, `get_openie`, `get_index`, `make_retriever`, `LazyLLM`,
-`retrieval_rows`, `run_metrics`, `provenance`), and so does the library for the
-stages it shares with them (OpenIE, the LLM).
+`run`, `hipporag2-sweep`, `hipporag2-tune-filter` and the demo call the functions in
+`__all__` (and nothing else of this module; tests/test_public_surface.py checks), and
+so does the library for the stages it shares with them (OpenIE, the LLM).
+docs/own_corpus.md ("Which layer to call") says which client uses which.
 
 Each stage either loads its cached output or computes it; the log says which.
 All files of a run land in `run_dir`; shared artefacts in `cache_dir`.
 """
 from __future__ import annotations
+
+__all__ = [
+    "run", "Timings", "LazyLLM", "Inputs", "load_inputs", "load_dataset", "dataset_paths", "get_openie", "get_index",
+    "make_retriever", "retrieval_rows", "count_fallbacks", "run_metrics", "provenance", "input_files",
+    "write_json", "write_jsonl",
+]
 
 import json
 import logging
@@ -119,6 +125,15 @@ class LazyLLM:
         """Release the backend (a vLLM engine's processes) once the run is done with it."""
         if self._llm is not None:
             self._llm.close()
+
+    def release(self) -> None:
+        """`close`, then forget the LLM and close its response cache: for an owner that is
+        done with it for good (`HippoRAG.close`); `get` would build a new one."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.close()
+            if llm.cache is not None:
+                llm.cache.close()
 
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:

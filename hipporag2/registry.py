@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
 from hipporag2.errors import ConfigError
 
@@ -30,6 +30,9 @@ class Choice:
     # mode read by code that branches on it (e.g. a linking mode).
     target: Optional[str]
     summary: str
+    # what the choice needs from the indexing stages, e.g. {"openie", "encoder"} for a
+    # graph retriever: callers ask the registry (`names_needing`) instead of keeping lists
+    needs: FrozenSet[str] = frozenset()
 
 
 class UnknownChoice(ConfigError):
@@ -58,15 +61,18 @@ class Registry:
     also_accepts_doc: str = ""
     _choices: Dict[str, Choice] = field(default_factory=dict)
 
-    def register(self, name: str, target: Optional[str] = None, summary: str = "") -> Choice:
+    def register(self, name: str, target: Optional[str] = None, summary: str = "", needs: Iterable[str] = ()) -> Choice:
         if name in self._choices:
             raise ValueError(f"{self.family}: {name!r} is registered twice")
-        choice = Choice(name, target, summary)
+        choice = Choice(name, target, summary, frozenset(needs))
         self._choices[name] = choice
         return choice
 
     def names(self) -> Tuple[str, ...]:
         return tuple(self._choices)
+
+    def names_needing(self, need: str) -> Tuple[str, ...]:
+        return tuple(c.name for c in self._choices.values() if need in c.needs)
 
     def __contains__(self, name: Any) -> bool:
         return isinstance(name, str) and name in self._choices
@@ -164,15 +170,16 @@ LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend",
 RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
 # Targets are builders taking `hipporag2.retrieve.factory.RetrieverParts`.
 RETRIEVERS.register("hipporag2", "hipporag2.retrieve.factory:graph_retriever",
-                    "HippoRAG 2: linking, optional recognition memory, PPR over phrases and passages")
+                    "HippoRAG 2: linking, optional recognition memory, PPR over phrases and passages", needs=("graph", "encoder"))
 RETRIEVERS.register("hipporag1", "hipporag2.retrieve.factory:graph_retriever",
-                    "HippoRAG (v1): query NER to phrases, uniform seeds, no passage nodes")
-RETRIEVERS.register("dense", "hipporag2.retrieve.factory:dense_retriever", "dense passage retrieval with the configured encoder")
+                    "HippoRAG (v1): query NER to phrases, uniform seeds, no passage nodes", needs=("graph", "encoder"))
+RETRIEVERS.register("dense", "hipporag2.retrieve.factory:dense_retriever", "dense passage retrieval with the configured encoder",
+                    needs=("encoder",))
 RETRIEVERS.register("bm25", "hipporag2.retrieve.factory:bm25_retriever", "BM25 (bm25s, English stemmer and stopwords)")
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
-GRAPH_METHODS = ("hipporag2", "hipporag1")
-ENCODER_METHODS = ("hipporag2", "hipporag1", "dense")
+GRAPH_METHODS = RETRIEVERS.names_needing("graph")
+ENCODER_METHODS = RETRIEVERS.names_needing("encoder")
 
 PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRank solver.")
 PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr:PrpackSolver", "igraph prpack, one call per query (the reference's)")

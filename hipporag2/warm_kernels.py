@@ -45,8 +45,12 @@ def warm() -> float:
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve(R, 0.5)
             solver.solve_unnormalised(R, [0.5, 0.3])
+    from hipporag2.retrieve import scoring
+
     for dtype in (np.float32, np.float64):
-        min_max_top_k(rng.random((3, 50)).astype(dtype), 5)
+        min_max_top_k(rng.random((3, 50)).astype(dtype), 5)  # small blocks: numpy
+        big = rng.random((2, scoring.PARALLEL_MIN // 2 + 1)).astype(dtype)  # large ones: the compiled pass
+        min_max_top_k(big, 5)
     emb = rng.normal(size=(40, 8)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     phrases = [f"phrase {i}" for i in range(len(emb))]

@@ -9,21 +9,12 @@ from hipporag2 import ConfigError, HippoRAG
 from hipporag2.cli import compose
 from hipporag2.data.loaders import load_queries
 from hipporag2.pipeline import run
-from tests.conftest import MUSIQUE_OPENIE
+from tests.conftest import musique_api_overrides as _overrides
+from tests.conftest import musique_docs
 
 pytestmark = pytest.mark.shared_data
 
 SPLIT = 1500  # first step of the two-step insert: 1,500 of the 1,890 passages
-
-
-def _docs(shared_data):
-    corpus = json.loads((shared_data / "musique_train_corpus.json").read_text())
-    return list(dict.fromkeys(c["title"] + "\n" + c["text"] for c in corpus))
-
-
-def _overrides(cache):
-    return ["embedding=minilm", "retrieval=hipporag2", "retrieval.filter=none",
-            f"openie.import_path={MUSIQUE_OPENIE}", f"cache_dir={cache}", "progress=false"]
 
 
 def _edges(rag):
@@ -68,28 +59,25 @@ def assert_same_rankings(a, b):
 @pytest.fixture(scope="module")
 def data(shared_data):
     queries = load_queries(shared_data / "musique_train.json")
-    return _docs(shared_data), queries
+    return musique_docs(shared_data), queries
 
 
 @pytest.fixture(scope="module")
-def scratch(data, musique_cache, tmp_path_factory):
-    docs, _ = data
-    rag = HippoRAG(tmp_path_factory.mktemp("scratch"), _overrides(musique_cache))
-    assert rag.index(docs) == len(docs)
-    return rag
+def scratch(musique_api):
+    """Every shared passage indexed at once through the API (the session's one)."""
+    return musique_api
 
 
-def test_index_and_retrieve_equal_the_cli_run(data, scratch, shared_data, musique_cache, tmp_path):
+def test_index_and_retrieve_equal_the_cli_run(data, scratch, musique_hipporag2_run):
     docs, queries = data
-    cfg = compose(["dataset=musique_train", f"data_dir={shared_data}", f"run_dir={tmp_path}", *_overrides(musique_cache)])
-    metrics = run(cfg)
-    rows = [json.loads(line) for line in (tmp_path / "retrieval.jsonl").read_text().splitlines()]
+    run_dir, metrics = musique_hipporag2_run  # the CLI run with the same settings
+    rows = [json.loads(line) for line in (run_dir / "retrieval.jsonl").read_text().splitlines()]
     results = scratch.retrieve([q.question for q in queries], num_to_retrieve=200)
     cli = [([docs[p["corpus_idx"]] for p in row["ranked"]], [p["score"] for p in row["ranked"]]) for row in rows]
     assert_same_rankings(cli, [(r.docs, r.doc_scores) for r in results])
     recall5 = 100 * np.mean([len(set(q.gold_passages) & set(r.docs[:5])) / len(q.gold_passages) for q, r in zip(queries, results)])
     assert round(recall5, 1) == metrics["recall@5"]
-    assert scratch.graph_stats == json.loads((tmp_path / "graph_stats.json").read_text())
+    assert scratch.graph_stats == json.loads((run_dir / "graph_stats.json").read_text())
     r = results[0]
     assert len(r.kept_facts) == 5 and r.seed_phrases and r.fallback is False and r.question == queries[0].question
 

@@ -98,3 +98,84 @@ def test_rag_qa_with_a_real_local_model(world, tmp_path):
     assert report.recall["recall@2"] == round(expected, 1)
     with pytest.raises(ConfigError, match="needs an LLM"):
         scratch.rag_qa(QUESTIONS[:1])  # llm=none
+
+
+def _open_paths(under):
+    """Files of this process under a folder: open descriptors and memory maps."""
+    import os
+    from pathlib import Path
+
+    under = str(Path(under).resolve())
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    with open("/proc/self/maps") as f:
+        maps = [line.split(None, 5)[-1].strip() for line in f if len(line.split(None, 5)) == 6]
+    return sorted({p for p in fds + maps if p.startswith(under)})
+
+
+def test_close_releases_the_llm_and_the_files(world, tmp_path):
+    """`with HippoRAG(...)` on a real local model (SmolLM2-135M, transformers): inside,
+    the LLM's response cache and the reopened index's files are open; after the block none of
+    this process's descriptors or memory maps points into the save_dir or the cache,
+    the object refuses further use, and the save_dir reopens complete."""
+    import gc
+
+    root, overrides, scratch = world
+    cache = tmp_path / "cache"
+    llm_overrides = [o for o in overrides if not o.startswith("cache_dir=")] + [
+        f"cache_dir={cache}", "llm=smollm2_cpu", "llm.max_new_tokens=8", "qa.qa_top_k=1"]
+    with HippoRAG(tmp_path / "closing", llm_overrides) as first:
+        first.index(PASSAGES)
+    with HippoRAG(tmp_path / "closing", llm_overrides) as rag:  # reopened: the index files are mapped
+        report = rag.rag_qa(QUESTIONS[:1])
+        assert len(report.answers) == 1 and report.llm_failures == 0
+        rag.retrieve(QUESTIONS[:1])
+        assert _open_paths(cache / "llm"), "the LLM's response cache should be open while in use"
+        assert _open_paths(tmp_path / "closing"), "the index embeddings should be memory-mapped"
+    gc.collect()
+    assert rag.closed
+    assert _open_paths(cache) == [] and _open_paths(tmp_path / "closing") == []
+    for use in (lambda: rag.retrieve(QUESTIONS[:1]), lambda: rag.index(PASSAGES), lambda: rag.rag_qa(QUESTIONS[:1])):
+        with pytest.raises(ConfigError, match="is closed"):
+            use()
+    rag.close()  # idempotent
+    again = HippoRAG(tmp_path / "closing", llm_overrides)
+    assert _same(again, scratch) and again.index(PASSAGES) == 0
+    again.close()
+
+
+def test_insert_and_delete_after_reopening_write_only_what_changed(world, tmp_path):
+    """Each step in a fresh HippoRAG on the save_dir: an insert reads no old OpenIE
+    (it extends the saved content), adds one OpenIE file and one segment of embedding
+    rows beside the hard-linked old ones, and gives the from-scratch index; a delete
+    gives the index that never had the passages."""
+    import json
+    import os
+
+    root, overrides, scratch = world
+    save = tmp_path / "steps"
+    HippoRAG(save, overrides).index(PASSAGES[:4])
+    first = os.stat(save / "index" / "fact_emb.npy").st_ino
+    rag = HippoRAG(save, overrides)
+    assert rag.index(PASSAGES) == 3 and _same(rag, scratch)
+    assert set(rag.last_timings) >= {"openie", "content", "embedding rows", "synonym KNN", "edges", "save"}
+    state = json.loads((save / "hipporag2_index.json").read_text())
+    assert state["openie_files"] == ["openie.json", "openie.2.json"]
+    assert len(json.loads((save / "openie.2.json").read_text())["docs"]) == 3
+    manifest = json.loads((save / "index" / "manifest.json").read_text())
+    assert manifest["rows"]["fact"]["segments"] == ["fact_emb.npy", "fact_emb.s1.npy"]
+    assert os.stat(save / "index" / "fact_emb.npy").st_ino == first  # linked, not written again
+    again = HippoRAG(save, overrides)
+    assert _same(again, scratch) and again.passages == PASSAGES
+    assert [r.docs for r in again.retrieve(QUESTIONS, 7)] == [r.docs for r in scratch.retrieve(QUESTIONS, 7)]
+    small = HippoRAG(tmp_path / "small", overrides)
+    small.index(PASSAGES[:4])
+    assert again.delete(PASSAGES[4:]) == 3 and _same(again, small)
+    assert json.loads((save / "hipporag2_index.json").read_text())["openie_files"] == ["openie.json"]
+    assert not (save / "openie.2.json").exists()
+    reopened = HippoRAG(save, overrides)
+    assert _same(reopened, small) and reopened.index(PASSAGES) == 3 and _same(reopened, scratch)

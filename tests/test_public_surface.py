@@ -36,3 +36,22 @@ def test_nothing_outside_the_package_imports_a_private_name():
         for path in sorted((REPO / folder).rglob("*.py")):
             found += list(_private_imports(path))
     assert found == []
+
+
+def test_clients_of_the_stage_layer_use_only_its_documented_names():
+    """hipporag2.pipeline is the one documented layer under the library: its clients
+    (CLI, sweep, tune-filter, demo, analysis, benchmarks, examples) import only the
+    names its `__all__` lists."""
+    import hipporag2.pipeline as pipeline
+
+    used = []
+    for folder in ("hipporag2", "scripts", "benchmarks", "examples"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path.name == "pipeline.py" and path.parent.name == "hipporag2":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module == "hipporag2.pipeline":
+                    used += [(f"{path.relative_to(REPO)}:{node.lineno}", a.name) for a in node.names]
+    assert used, "no client of hipporag2.pipeline found"
+    assert [u for u in used if u[1] not in pipeline.__all__] == []
+    assert all(hasattr(pipeline, name) for name in pipeline.__all__)

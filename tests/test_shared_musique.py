@@ -4,8 +4,7 @@ import json
 import pytest
 
 from hipporag2.cli import compose
-from hipporag2.pipeline import run
-from tests.conftest import MUSIQUE_OPENIE
+from tests.conftest import MUSIQUE_OPENIE, musique_run
 
 pytestmark = pytest.mark.shared_data
 
@@ -16,26 +15,13 @@ def cache_dir(musique_cache):
 
 
 def _run(shared_data, cache_dir, run_dir, *overrides):
-    cfg = compose(
-        [
-            "dataset=musique_train",
-            f"data_dir={shared_data}",
-            f"openie.import_path={MUSIQUE_OPENIE}",
-            "embedding=minilm",
-            f"cache_dir={cache_dir}",
-            f"run_dir={run_dir}",
-            "progress=false",
-            *overrides,
-        ]
-    )
-    return run(cfg)
+    return musique_run(shared_data, cache_dir, run_dir, *overrides)
 
 
 @pytest.fixture(scope="module")
-def hipporag2_run(shared_data, cache_dir, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("h2")
-    metrics = _run(shared_data, cache_dir, run_dir, "retrieval=hipporag2", "retrieval.filter=none")
-    return run_dir, metrics
+def hipporag2_run(musique_hipporag2_run):
+    """(run_dir, metrics) of the session's HippoRAG 2 run without filter (conftest)."""
+    return musique_hipporag2_run
 
 
 def test_graph_matches_reference_counts(hipporag2_run):

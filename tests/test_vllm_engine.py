@@ -15,8 +15,13 @@ environment's transformers backend writes, so nothing is downloaded:
   `llm.backend=openai`, the filter with the reference program when it is available.
 
 Engines start a handful of times in the whole module (each start costs about a
-minute on 2 cores); the stages' outputs and timings are written to the file named by
-$HIPPORAG2_VLLM_REPORT when set (results/vllm_cpu/ is made that way).
+minute on 2 cores, mostly three processes importing vLLM). The runs that do not depend
+on each other (offline free decoding, offline constrained decoding, `vllm serve` and
+its run) go in two lanes at once, each lane's engine worker bound to a core of its own
+(vLLM's CPU worker uses one core; alone, it leaves the other idle): one engine per run
+as before, about half the wall time. HIPPORAG2_VLLM_LANES=1 runs them one after the
+other (the default on a GPU). The stages' outputs and timings are written to the file
+named by $HIPPORAG2_VLLM_REPORT when set (results/vllm_cpu/ is made that way).
 Skipped, with the command to run, when `.venv-vllm` is absent, except under
 HIPPORAG2_REQUIRE_VLLM=1 (CI), where a missing environment fails.
 """
@@ -29,10 +34,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -67,12 +74,54 @@ def _require_vllm_env() -> None:
     pytest.skip(msg)
 
 
-def _engine_env() -> Dict[str, str]:
+def _engine_env(core: Optional[int] = None) -> Dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     # 1 GiB of KV cache (~23k tokens of SmolLM2 in float32): vLLM's CPU default is larger.
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if core is not None and DEVICE == "cpu":
+        # The worker's one OpenMP thread on this core (vLLM's "auto" puts every engine's
+        # worker on the first core, so two lanes' engines would share it).
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))
     env.pop("PYTHONPATH", None)
     return env
+
+
+# --------------------------------------------------------------------------- lanes
+_LANE = threading.local()
+
+
+def _lane_core() -> Optional[int]:
+    """The core of the lane running the caller (None outside a lane)."""
+    return getattr(_LANE, "core", None)
+
+
+def _n_lanes() -> int:
+    default = "2" if DEVICE == "cpu" else "1"  # two engines on one GPU would split its memory
+    return max(1, int(os.environ.get("HIPPORAG2_VLLM_LANES", default)))
+
+
+@pytest.fixture(scope="module")
+def lanes() -> Iterator[ThreadPoolExecutor]:
+    """Threads that each wait on one subprocess at a time; every lane has a core of its own."""
+    cores = sorted(os.sched_getaffinity(0))
+    n = _n_lanes()
+    free: "List[int]" = [cores[i * len(cores) // n] for i in range(n)] if len(cores) >= n else []
+    lock = threading.Lock()
+
+    def take_core() -> None:
+        with lock:
+            _LANE.core = free.pop(0) if free else None
+
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="vllm-lane", initializer=take_core)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(future: "Future[Any]") -> Any:
+    """A lane's result in the test; a lane's failure (pytest.fail in it) fails the test."""
+    return future.result()
 
 
 @dataclass
@@ -174,23 +223,66 @@ def _common(data: Path) -> List[str]:
 
 
 @pytest.fixture(scope="module")
-def offline(tmp_path_factory: pytest.TempPathFactory, model_folder: Path, small_data: Path,
-            report: Dict[str, Any]) -> Dict[str, Run]:
-    """Three runs of `.venv-vllm/bin/hipporag2 llm=smollm2_vllm_cpu`: fresh, rerun from the
-    response cache alone (a new cache_dir holding only `llm/`), and constrained decoding."""
+def launched(lanes: ThreadPoolExecutor, tmp_path_factory: pytest.TempPathFactory, model_folder: Path,
+             small_data: Path) -> Iterator[Dict[str, "Future[Any]"]]:
+    """Every engine run of the module, started at once in the lanes (in this order, so
+    that the two offline runs go first and `vllm serve` takes the first free lane):
+
+    - "free": `.venv-vllm/bin/hipporag2 llm=smollm2_vllm_cpu` on a fresh cache, then the
+      rerun from its response cache alone (a new cache_dir holding only `llm/`);
+    - "constrained": the same with constrained decoding, on a fresh cache of its own;
+    - "served": `vllm serve` on 127.0.0.1, then the pipeline through it (see `served`).
+    """
     root = tmp_path_factory.mktemp("vllm_offline")
+    serve_root = tmp_path_factory.mktemp("vllm_serve")
+    served_run_root = tmp_path_factory.mktemp("vllm_served_run")
     exe = [str(VLLM_BIN / "hipporag2")]
     # Our 3-demo filter program (as the CPU demo): the authors' 10-demo prompt is ~3.3k
     # tokens, beyond what a 135M model follows; the served run below takes that one.
     base = [*_common(small_data), "llm=smollm2_vllm_cpu", f"llm.model='{model_folder}'",
             "retrieval.filter_program=own", *_device_overrides()]
-    env = _engine_env()
-    runs = {"first": run_cli(exe, "first", root, root / "cache_a", [*base, "qa=reader"], env)}
-    shutil.copytree(root / "cache_a" / "llm", root / "cache_b" / "llm")
-    runs["rerun"] = run_cli(exe, "rerun", root, root / "cache_b", [*base, "qa=reader"], env)
-    # Structured outputs: OpenIE and the filter carry schemas; the reader has none.
-    runs["constrained"] = run_cli(exe, "constrained", root, root / "cache_a",
-                                  [*base, "qa=none", "llm.constrained_decoding=true"], env)
+
+    def free() -> Dict[str, Run]:
+        env = _engine_env(_lane_core())
+        runs = {"first": run_cli(exe, "first", root, root / "cache_a", [*base, "qa=reader"], env)}
+        shutil.copytree(root / "cache_a" / "llm", root / "cache_b" / "llm")
+        runs["rerun"] = run_cli(exe, "rerun", root, root / "cache_b", [*base, "qa=reader"], env)
+        return runs
+
+    def constrained() -> Run:
+        # Structured outputs: OpenIE and the filter carry schemas; the reader has none.
+        return run_cli(exe, "constrained", root, root / "cache_c",
+                       [*base, "qa=none", "llm.constrained_decoding=true"], _engine_env(_lane_core()))
+
+    servers: List[Server] = []
+
+    def serve_then_run() -> Dict[str, Any]:
+        server = _start_server(serve_root, model_folder, servers)
+        return {"server": server, "run": _served_run(served_run_root, server, small_data)}
+
+    futures = {"free": lanes.submit(free), "constrained": lanes.submit(constrained),
+               "served": lanes.submit(serve_then_run)}
+    try:
+        yield futures
+    finally:
+        for f in futures.values():
+            f.cancel()
+        for f in futures.values():  # a lane still waiting on its subprocess ends first
+            if not f.cancelled():
+                try:
+                    f.result()
+                except BaseException:  # noqa: BLE001 - reported by the test that reads it
+                    pass
+        for server in servers:
+            _stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def offline(launched: Dict[str, "Future[Any]"], report: Dict[str, Any]) -> Dict[str, Run]:
+    """Three runs of `.venv-vllm/bin/hipporag2 llm=smollm2_vllm_cpu`: fresh, rerun from the
+    response cache alone, and constrained decoding (see `launched`)."""
+    runs = dict(_result(launched["free"]))
+    runs["constrained"] = _result(launched["constrained"])
     report["offline"] = {name: _summary(r) for name, r in runs.items()}
     return runs
 
@@ -393,12 +485,10 @@ class Server:
     proc: subprocess.Popen = field(repr=False)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, model_folder: Path, report: Dict[str, Any]) -> Iterator[Server]:
-    """`vllm serve` on 127.0.0.1 (the engine settings of the offline preset), until the module ends."""
+def _start_server(root: Path, model_folder: Path, started: List[Server]) -> Server:
+    """`vllm serve` on 127.0.0.1 (the engine settings of the offline preset), once /health answers."""
     import httpx
 
-    root = tmp_path_factory.mktemp("vllm_serve")
     port = _free_port()
     log = root / "vllm_serve.log"
     # `vllm serve` itself: vllm-cpu's `vllm` script dies looking up the version of a
@@ -412,47 +502,61 @@ def served(tmp_path_factory: pytest.TempPathFactory, model_folder: Path, report:
         cmd += ["--gpu-memory-utilization", GPU_MEMORY]
     t0 = time.perf_counter()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=_engine_env(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=root, env=_engine_env(_lane_core()), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not ready after 600 s:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(2)
-        server = Server(url + "/v1", log, round(time.perf_counter() - t0, 1), proc)
-        report["served_start_s"] = server.start_s
-        yield server
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server and its engine process
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+    server = Server(url + "/v1", log, 0.0, proc)
+    started.append(server)  # stopped by `launched` at the end of the module, whatever happens here
+    deadline = time.monotonic() + 600
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"vllm serve not ready after 600 s:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(2)
+    server.start_s = round(time.perf_counter() - t0, 1)
+    return server
 
 
-@pytest.fixture(scope="module")
-def served_run(tmp_path_factory: pytest.TempPathFactory, served: Server, small_data: Path,
-               report: Dict[str, Any]) -> Run:
+def _stop_server(server: Server) -> None:
+    proc = server.proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its engine process
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def _served_run(root: Path, server: Server, small_data: Path) -> Run:
     """The same stages from the main environment through `llm.backend=openai` against `vllm serve`."""
-    root = tmp_path_factory.mktemp("vllm_served_run")
     # The filter runs the authors' tuned program (read from the reference wheel that
     # `make setup` installs): the paper's prompt, through the paper's engine.
     overrides = [*_common(small_data), "qa=reader", "llm=openai_compatible", "llm.model=smollm2",
-                 f"llm.base_url='{served.url}'", "llm.max_concurrency=8", "llm.timeout_s=600",
+                 f"llm.base_url='{server.url}'", "llm.max_concurrency=8", "llm.timeout_s=600",
                  "retrieval.filter_program=reference"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    run = run_cli([sys.executable, "-m", "hipporag2.cli"], "served", root, root / "cache", overrides, env)
+    return run_cli([sys.executable, "-m", "hipporag2.cli"], "served", root, root / "cache", overrides, env)
+
+
+@pytest.fixture(scope="module")
+def served(launched: Dict[str, "Future[Any]"], report: Dict[str, Any]) -> Server:
+    """`vllm serve` on 127.0.0.1, running until the module ends (see `launched`)."""
+    server = _result(launched["served"])["server"]
+    report["served_start_s"] = server.start_s
+    return server
+
+
+@pytest.fixture(scope="module")
+def served_run(launched: Dict[str, "Future[Any]"], served: Server, report: Dict[str, Any]) -> Run:
+    """The pipeline from the main environment through `llm.backend=openai` against `served`."""
+    run = _result(launched["served"])["run"]
     report["served"] = {**_summary(run), "filter_program": "reference"}
     return run
 

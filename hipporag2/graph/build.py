@@ -9,12 +9,12 @@ relation counts) are properties of that map.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hipporag2.config import GraphConfig
-from hipporag2.graph.synonyms import SynonymPairs, synonym_arrays
+from hipporag2.graph.synonyms import SynonymPairs, query_mask, synonym_arrays
 from hipporag2.graph.triples import (
     Triple,
     TripleStats,
@@ -22,6 +22,7 @@ from hipporag2.graph.triples import (
     passage_facts,
     phrase_nodes,
     phrase_passages,
+    passage_phrases,
     unique_facts,
 )
 
@@ -57,17 +58,30 @@ class IndexContent:
     """What OpenIE contributes to the index, before any embedding."""
 
     passages: List[str]
-    chunk_triples: List[List[Triple]]
+    # None for a content read back from a save_dir (`indexing.content_of_index`): an
+    # insert needs only `pairs`, the triples themselves stay in the OpenIE files
+    chunk_triples: Optional[List[List[Triple]]]
     phrases: List[str]
     facts: List[Triple]
     phrase_passages: List[List[int]]
     triple_stats: TripleStats = field(default_factory=TripleStats)
+    # Derived, filled on first use and carried over by `extend_content`: the triples'
+    # endpoints as arrays (`passage_phrase_pairs`) and which phrases are synonym queries.
+    pairs: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default=None, repr=False)
+    query: Optional[np.ndarray] = field(default=None, repr=False)
     # each passage's distinct facts (indices into `facts`): HippoRAG 1's legacy scoring
     passage_facts: List[List[int]] = field(default_factory=list)
 
     @property
     def phrase_index(self) -> Dict[str, int]:
-        return {p: i for i, p in enumerate(self.phrases)}
+        if getattr(self, "_phrase_index", None) is None or len(self._phrase_index) != len(self.phrases):
+            self._phrase_index = {p: i for i, p in enumerate(self.phrases)}
+        return self._phrase_index
+
+    def query_mask(self) -> np.ndarray:
+        if self.query is None:
+            self.query = query_mask(self.phrases)
+        return self.query
 
 
 @dataclass
@@ -87,10 +101,7 @@ def clean_passage(raw: Sequence, cfg: GraphConfig) -> CleanTriples:
 
 def content_of(passages: Sequence[str], cleaned: Sequence[CleanTriples]) -> IndexContent:
     """Phrases, facts and node specificity of passages with cleaned triples."""
-    stats = TripleStats()
-    for c in cleaned:
-        for f in ("raw", "kept", "wrong_length", "duplicates", "non_string"):
-            setattr(stats, f, getattr(stats, f) + getattr(c.stats, f))
+    stats = _sum_stats([c.stats for c in cleaned])
     chunk_triples = [c.triples for c in cleaned]
     phrases = phrase_nodes(chunk_triples)
     index = {p: i for i, p in enumerate(phrases)}
@@ -104,6 +115,67 @@ def content_of(passages: Sequence[str], cleaned: Sequence[CleanTriples]) -> Inde
         triple_stats=stats,
         passage_facts=passage_facts(chunk_triples, facts),
     )
+
+
+def _sum_stats(parts: Sequence[TripleStats]) -> TripleStats:
+    total = TripleStats()
+    for c in parts:
+        for f in ("raw", "kept", "wrong_length", "duplicates", "non_string"):
+            setattr(total, f, getattr(total, f) + getattr(c, f))
+    return total
+
+
+def extend_content(old: IndexContent, passages: Sequence[str], cleaned: Sequence[CleanTriples]) -> Tuple[IndexContent, np.ndarray]:
+    """`content_of(old.passages + passages, ...)` computed from `old`, touching only what
+    the appended passages change (an insert): phrases merged in text order, facts and
+    node specificity extended, the endpoint arrays and query mask remapped. Returns the
+    content and each old phrase's new index. `old` is left unchanged."""
+    added = [c.triples for c in cleaned]
+    known = set(old.phrases)
+    fresh = sorted({p for triples in added for t in triples for p in (t[0], t[2])} - known)
+    phrases = sorted(old.phrases + fresh)  # two sorted runs: a linear merge
+    index = {p: i for i, p in enumerate(phrases)}
+    old_to_new = np.fromiter((index[p] for p in old.phrases), dtype=np.int64, count=len(old.phrases))
+    spec: List[Optional[List[int]]] = [None] * len(phrases)
+    for i, lst in zip(old_to_new.tolist(), old.phrase_passages):
+        spec[i] = lst
+    copied = set()
+    n_old = len(old.passages)
+    for j, triples in enumerate(added):
+        for phrase in passage_phrases(triples):
+            i = index[phrase]
+            if spec[i] is None:
+                spec[i] = []
+                copied.add(i)
+            elif i not in copied:  # the old index's list stays as it was
+                spec[i] = list(spec[i])
+                copied.add(i)
+            spec[i].append(n_old + j)
+    facts = list(dict.fromkeys([*old.facts, *(t for triples in added for t in triples)]))  # old facts: a prefix
+    content = IndexContent(
+        passages=list(old.passages) + list(passages),
+        chunk_triples=None if old.chunk_triples is None else list(old.chunk_triples) + added,
+        phrases=phrases,
+        facts=facts,
+        phrase_passages=spec,  # type: ignore[arg-type]
+        triple_stats=_sum_stats([old.triple_stats] + [c.stats for c in cleaned]),
+        passage_facts=list(old.passage_facts) + passage_facts(added, facts),
+    )
+    content._phrase_index = index
+    if old.pairs is not None:
+        subj, obj, owner, lengths = old.pairs
+        s_new = np.fromiter((index[t[0]] for triples in added for t in triples), dtype=np.int64)
+        o_new = np.fromiter((index[t[2]] for triples in added for t in triples), dtype=np.int64)
+        own_new = np.repeat(np.arange(n_old, n_old + len(added), dtype=np.int64), [len(t) for t in added])
+        content.pairs = (np.r_[old_to_new[subj], s_new], np.r_[old_to_new[obj], o_new], np.r_[owner, own_new],
+                         np.r_[lengths, np.asarray([len(t) for t in added], dtype=np.int64)])
+    if old.query is not None:
+        q = np.zeros(len(phrases), dtype=bool)
+        q[old_to_new] = old.query
+        fresh_pos = np.fromiter((index[p] for p in fresh), dtype=np.int64, count=len(fresh))
+        q[fresh_pos] = query_mask(fresh)
+        content.query = q
+    return content, old_to_new
 
 
 def index_content(passages: Sequence[str], raw_triples: Sequence[Sequence], cfg: GraphConfig) -> IndexContent:
@@ -152,13 +224,16 @@ def _first_order_unique(keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.nd
 
 def passage_phrase_pairs(content: IndexContent) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Triple endpoints as phrase indices (subject, object, passage of each triple, in
-    passage then triple order)."""
+    passage then triple order), and each passage's triple count; kept on the content."""
+    if content.pairs is not None:
+        return content.pairs
     index = content.phrase_index
     subj = [index[t[0]] for triples in content.chunk_triples for t in triples]
     obj = [index[t[2]] for triples in content.chunk_triples for t in triples]
     owner = [p for p, triples in enumerate(content.chunk_triples) for _ in triples]
-    return (np.asarray(subj, dtype=np.int64), np.asarray(obj, dtype=np.int64), np.asarray(owner, dtype=np.int64),
-            np.asarray([len(t) for t in content.chunk_triples], dtype=np.int64))
+    content.pairs = (np.asarray(subj, dtype=np.int64), np.asarray(obj, dtype=np.int64), np.asarray(owner, dtype=np.int64),
+                     np.asarray([len(t) for t in content.chunk_triples], dtype=np.int64))
+    return content.pairs
 
 
 def build_edges(
@@ -189,9 +264,9 @@ def build_edges(
         triples_wrong_length=content.triple_stats.wrong_length,
         triples_duplicate=content.triple_stats.duplicates,
         triples_non_string=content.triple_stats.non_string,
-        passages_without_triples=sum(1 for t in content.chunk_triples if not t),
     )
-    subj, obj, owner, _ = passage_phrase_pairs(content)
+    subj, obj, owner, lengths = passage_phrase_pairs(content)
+    stats.passages_without_triples = int((lengths == 0).sum())
 
     def key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if cfg.double_edges:

@@ -4,7 +4,10 @@ Layout of an index folder (written to a temp folder, then renamed into place):
   index.json        passages, titles, corpus indices, phrases, facts, node specificity,
                     each passage's facts
   edges.npz         source, target, weight, kind (0 relation, 1 context, 2 synonym)
-  *_emb.npy         passage / phrase / fact embeddings (float32, L2-normalised)
+  *_emb.npy         passage / phrase / fact embeddings (float32, L2-normalised); an index
+                    written by an update may hold more rows in segments `*_emb.sN.npy` and an
+                    order `*_emb.order.npy` (`RowLayout`): segments are written once and
+                    hard-linked into the next version, so an insert writes only its new rows
   graph_stats.json  counts of nodes and edges by type
   manifest.json     sha256 and size of every file above; written last
   ppr/              derived, optional: the batched PPR solver's saved preparation, one
@@ -19,16 +22,57 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from hipporag2.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file
 from hipporag2.graph.build import GraphEdges
 from hipporag2.graph.triples import Triple
+
+
+@dataclass
+class Segment:
+    """One file of embedding rows, as its manifest entry records it."""
+
+    name: str
+    sha256: str
+    bytes: int
+    rows: int
+
+
+@dataclass
+class RowLayout:
+    """Where the rows of one embedding matrix are on disk: `segments` (files in
+    `folder`) hold stored rows end to end; index row i is stored row `order[i]`, or not
+    stored yet where `order[i] < 0` (rows an update added in memory). `order=None` means
+    stored row i is index row i."""
+
+    segments: List[Segment]
+    order: Optional[np.ndarray]
+    folder: Optional[Path]
+
+    @property
+    def stored_rows(self) -> int:
+        return sum(s.rows for s in self.segments)
+
+    def carried(self, new_pos: np.ndarray, old_rows: np.ndarray, n_rows: int) -> "RowLayout":
+        """The layout of a new matrix of `n_rows` whose row new_pos[j] is this matrix's
+        row old_rows[j]; its other rows are new (not stored)."""
+        order = np.full(n_rows, -1, dtype=np.int64)
+        old_rows = np.asarray(old_rows, dtype=np.int64)
+        order[np.asarray(new_pos, dtype=np.int64)] = old_rows if self.order is None else self.order[old_rows]
+        return RowLayout(list(self.segments), order, self.folder)
+
+
+EMB_NAMES = ("passage", "phrase", "fact")
+# An update rewrites a matrix in one file (instead of adding a segment) once the files
+# hold twice the rows the index uses (after deletes) or this many segments.
+MAX_SEGMENTS = 32
 
 
 @dataclass
@@ -51,6 +95,8 @@ class Index:
     # the folder it was saved to or loaded from: derived caches (the PPR solver's
     # preparation, `retrieve/ppr_store.py`) live there; None for an index only in memory
     path: Optional[Path] = field(default=None, repr=False, compare=False)
+    # where the embedding rows are on disk, by EMB_NAMES (set by save/load, carried by an update)
+    layout: Optional[Dict[str, RowLayout]] = field(default=None, repr=False, compare=False)
 
     @property
     def n_phrases(self) -> int:
@@ -96,6 +142,61 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
         os.fsync(f.fileno())
 
 
+def _write_rows(tmp: Path, name: str, matrix: np.ndarray, layout: Optional[RowLayout]) -> Tuple[RowLayout, Dict[str, dict]]:
+    """Write one embedding matrix into `tmp`: the rows not stored yet as one new segment
+    beside the layout's old segments (hard-linked from its folder), or the whole matrix
+    as one file. Returns the layout written and the manifest entries of its files."""
+    matrix = np.asarray(matrix)
+    first = f"{name}_emb.npy"
+    usable = (layout is not None and layout.order is not None and layout.folder is not None
+              and len(layout.segments) < MAX_SEGMENTS and layout.stored_rows + int((layout.order < 0).sum()) <= 2 * len(matrix)
+              and all((layout.folder / seg.name).is_file() for seg in layout.segments))
+    if not usable:
+        _save_npy(tmp / first, matrix)
+        seg = Segment(first, sha256_file(tmp / first), (tmp / first).stat().st_size, len(matrix))
+        return RowLayout([seg], None, None), {first: {"sha256": seg.sha256, "bytes": seg.bytes}}
+    segments = list(layout.segments)
+    for seg in segments:
+        try:
+            os.link(layout.folder / seg.name, tmp / seg.name)
+        except OSError:  # another file system, or no hard links: a copy
+            shutil.copyfile(layout.folder / seg.name, tmp / seg.name)
+    order = layout.order.copy()
+    fresh = np.nonzero(order < 0)[0]
+    if fresh.size:
+        numbers = [int(m.group(1)) for seg in segments for m in [re.search(r"\.s(\d+)\.npy$", seg.name)] if m]
+        seg_name = f"{name}_emb.s{max(numbers, default=0) + 1}.npy"
+        _save_npy(tmp / seg_name, matrix[fresh])
+        order[fresh] = layout.stored_rows + np.arange(fresh.size)
+        segments.append(Segment(seg_name, sha256_file(tmp / seg_name), (tmp / seg_name).stat().st_size, int(fresh.size)))
+    order_name = f"{name}_emb.order.npy"
+    with open(tmp / order_name, "wb") as f:
+        np.save(f, order)
+        f.flush()
+        os.fsync(f.fileno())
+    files = {seg.name: {"sha256": seg.sha256, "bytes": seg.bytes} for seg in segments}
+    files[order_name] = {"sha256": sha256_file(tmp / order_name), "bytes": (tmp / order_name).stat().st_size}
+    return RowLayout(segments, order, None), files
+
+
+def _read_rows(path: Path, name: str, entry: Optional[dict]) -> Tuple[np.ndarray, RowLayout]:
+    """One embedding matrix and its layout: the single file memory-mapped, or the
+    segments gathered in index order."""
+    if not entry or entry.get("order") is None:
+        first = f"{name}_emb.npy"
+        arr = np.load(path / first, mmap_mode="r")
+        return arr, RowLayout([Segment(first, "", 0, len(arr))], None, path)
+    segs = [np.load(path / seg, mmap_mode="r") for seg in entry["segments"]]
+    order = np.load(path / entry["order"])
+    out = np.empty((len(order), segs[0].shape[1]), dtype=np.float32)
+    start = 0
+    for arr in segs:
+        here = (order >= start) & (order < start + len(arr))
+        out[here] = arr[order[here] - start]
+        start += len(arr)
+    return out, RowLayout([Segment(n, "", 0, len(a)) for n, a in zip(entry["segments"], segs)], order, path)
+
+
 def _save_text(path: Path, text: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -136,14 +237,22 @@ def save_index(index: Index, path: Path | str) -> None:
         )
         f.flush()
         os.fsync(f.fileno())
-    for name in ("passage", "phrase", "fact"):
-        _save_npy(tmp / f"{name}_emb.npy", getattr(index, f"{name}_emb"))
+    files: Dict[str, dict] = {}
+    layouts: Dict[str, RowLayout] = {}
+    for name in EMB_NAMES:
+        old = (index.layout or {}).get(name)
+        layouts[name], written = _write_rows(tmp, name, getattr(index, f"{name}_emb"), old)
+        files.update(written)
     _save_text(tmp / "graph_stats.json", json.dumps(index.stats, indent=2))
     crash_point("index_files_written")
-    files = {}
-    for f in FILES:
+    for f in ("index.json", "edges.npz", "graph_stats.json"):
         files[f] = {"sha256": sha256_file(tmp / f), "bytes": (tmp / f).stat().st_size}
-    _save_text(tmp / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "files": files}, indent=2))
+    manifest = {"format": MANIFEST_FORMAT, "files": files}
+    rows = {name: {"segments": [seg.name for seg in lay.segments], "order": f"{name}_emb.order.npy"}
+            for name, lay in layouts.items() if lay.order is not None}
+    if rows:
+        manifest["rows"] = rows
+    _save_text(tmp / MANIFEST, json.dumps(manifest, indent=2))
     fsync_dir(tmp)
     if path.exists():
         # Move the old folder aside first (one rename), so `path` is never half-deleted.
@@ -153,6 +262,9 @@ def save_index(index: Index, path: Path | str) -> None:
     os.replace(tmp, path)
     fsync_dir(path.parent)
     index.path = path
+    for lay in layouts.values():
+        lay.folder = path
+    index.layout = layouts
 
 
 FILES = ("index.json", "edges.npz", "passage_emb.npy", "phrase_emb.npy", "fact_emb.npy", "graph_stats.json")
@@ -168,7 +280,9 @@ def verify_index(path: Path | str) -> None:
     except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
         raise IndexCorrupt(path, MANIFEST, f"unreadable ({e})") from None
     for name in FILES:
-        entry = files.get(name)
+        if not isinstance(files.get(name), dict):
+            raise IndexCorrupt(path, MANIFEST, f"no entry for {name}")
+    for name, entry in files.items():
         if not isinstance(entry, dict):
             raise IndexCorrupt(path, MANIFEST, f"no entry for {name}")
         f = path / name
@@ -190,8 +304,16 @@ def load_index(path: Path | str, verify: bool = True) -> Index:
         verify_index(path)
     try:
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
+        rows = json.loads((path / MANIFEST).read_text(encoding="utf-8")).get("rows", {})
         e = np.load(path / "edges.npz")
         edges = GraphEdges(meta["n_vertices"], e["source"], e["target"], e["weight"], e["kind"])
+        emb, layout = {}, {}
+        for name in EMB_NAMES:
+            emb[name], layout[name] = _read_rows(path, name, rows.get(name))
+        manifest_files = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["files"]
+        for lay in layout.values():
+            for seg in lay.segments:
+                seg.sha256, seg.bytes = manifest_files[seg.name]["sha256"], manifest_files[seg.name]["bytes"]
         return Index(
             passages=meta["passages"],
             titles=meta["titles"],
@@ -202,10 +324,11 @@ def load_index(path: Path | str, verify: bool = True) -> Index:
             passage_facts=meta.get("passage_facts"),
             edges=edges,
             stats=json.loads((path / "graph_stats.json").read_text(encoding="utf-8")),
-            passage_emb=np.load(path / "passage_emb.npy", mmap_mode="r"),
-            phrase_emb=np.load(path / "phrase_emb.npy", mmap_mode="r"),
-            fact_emb=np.load(path / "fact_emb.npy", mmap_mode="r"),
+            passage_emb=emb["passage"],
+            phrase_emb=emb["phrase"],
+            fact_emb=emb["fact"],
             path=path,
+            layout=layout,
         )
     except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
         raise IndexCorrupt(path, "index", f"cannot be loaded ({type(exc).__name__}: {exc})") from None

@@ -8,7 +8,9 @@ phrases (the dominant CPU cost of building a graph) need not be redone:
   the new phrases scoring >= threshold, merged best first and cut at
   `max_neighbours` (an old list holds every old neighbour >= threshold unless it
   was cut at `max_neighbours`, and a cut list stays correct since its members were
-  the best);
+  the best). Those (old, new) pairs are the new rows' (new, old) candidates turned
+  around: a canonical score is symmetric (a float64 dot of the same two rows), so
+  the new rows are searched once, against every phrase, and nothing else is;
 * an old phrase that lost a neighbour (deleted phrase) keeps the rest; if its list
   had been cut at `max_neighbours`, the next candidates are unknown, so that row is
   searched again in full.
@@ -37,9 +39,10 @@ Pairs = Tuple[np.ndarray, np.ndarray, np.ndarray]  # (query, neighbour, float32 
 class UpdateStats:
     """How much of the KNN an update searched (rows x columns)."""
 
-    full_rows: int = 0  # rows searched against every phrase
-    merged_rows: int = 0  # old rows searched against the new phrases only
-    new_columns: int = 0
+    full_rows: int = 0  # query rows whose list is searched in full (new or refilled)
+    merged_rows: int = 0  # old query rows whose list gains the new phrases (from the searched rows' pairs)
+    new_columns: int = 0  # new phrases
+    searched_rows: int = 0  # rows multiplied against every phrase (the whole KNN work of an update)
     recomputed_all: bool = False
 
 
@@ -69,10 +72,12 @@ def update_synonyms(
     new_embeddings: np.ndarray,
     cfg: GraphConfig,
     progress: bool = False,
+    is_query: Optional[np.ndarray] = None,
 ) -> Tuple[Pairs, UpdateStats]:
     """Synonym pairs over `new_phrases` (sorted by text, rows of `new_embeddings`),
     given the pairs `old_pairs` over `old_phrases`. Equal to
-    `synonym_arrays(new_phrases, new_embeddings, ...)` with `cfg`'s settings."""
+    `synonym_arrays(new_phrases, new_embeddings, ...)` with `cfg`'s settings.
+    `is_query`: `query_mask(new_phrases)` when the caller has it."""
     stats = UpdateStats()
     n = len(new_phrases)
     args = dict(
@@ -85,7 +90,7 @@ def update_synonyms(
     if n == 0:
         return empty_pairs(), stats
     if old_pairs is None or cfg.synonymy_edge_topk < cfg.synonymy_edge_max_neighbours + 2:
-        stats.recomputed_all, stats.full_rows = True, n
+        stats.recomputed_all, stats.full_rows, stats.searched_rows = True, n, n
         return synonym_arrays(new_phrases, new_embeddings, **args), stats
 
     new_pos = {p: i for i, p in enumerate(new_phrases)}
@@ -93,7 +98,7 @@ def update_synonyms(
     kept_old = np.zeros(n, dtype=bool)
     kept_old[old_to_new[old_to_new >= 0]] = True
     added = np.nonzero(~kept_old)[0]
-    is_query = query_mask(new_phrases)
+    is_query = query_mask(new_phrases) if is_query is None else np.asarray(is_query, dtype=bool)
     empty = np.array([p == "" for p in new_phrases], dtype=bool)
 
     oq, oc, os_ = (np.asarray(a) for a in old_pairs)
@@ -107,22 +112,36 @@ def update_synonyms(
     keep = (oq >= 0) & ~lost & ~refill[np.maximum(oq, 0)]
     oq, oc, os_ = oq[keep], oc[keep], os_[keep]
 
-    # Rows searched in full: new query phrases and refilled old ones.
+    # One search against every phrase, of every new phrase and every refilled old one.
+    searched = np.nonzero(~kept_old | refill)[0]
+    stats.searched_rows = int(searched.size)
+    thr = cfg.synonymy_edge_sim_threshold
+    if searched.size:
+        sq, sc, ss = knn_candidates(new_embeddings, searched, thr, block_size=cfg.knn_block_size, progress=progress)
+    else:
+        sq, sc, ss = empty_pairs()
+    top_k = min(cfg.synonymy_edge_topk, n)
+    # Their own lists (query rows only): the candidates as `synonym_arrays(query_rows=)` walks them.
+    own = is_query[sq]
     full_rows = np.nonzero(is_query & (~kept_old | refill))[0]
     stats.full_rows = int(full_rows.size)
-    fq, fc, fs = synonym_arrays(new_phrases, new_embeddings, query_rows=full_rows, **args) if full_rows.size else empty_pairs()
+    fq, fc, fs = cap_per_query(sq[own], sc[own], ss[own], empty, top_k, cap)
 
-    # Old rows (kept, not refilled) against the new phrases only, merged with their lists.
+    # Old rows (kept, not refilled) gain the new phrases: the new rows' pairs turned around.
     merge_rows = np.nonzero(is_query & kept_old & ~refill)[0]
     stats.merged_rows, stats.new_columns = int(merge_rows.size), int(added.size)
-    if added.size and merge_rows.size:
-        mq, mc, ms = knn_candidates(new_embeddings, merge_rows, cfg.synonymy_edge_sim_threshold, columns=added,
-                                    block_size=cfg.knn_block_size, progress=progress)
-        mq, mc, ms = _sort(np.r_[oq, mq], np.r_[oc, mc], np.r_[os_, ms].astype(np.float32))
-        mq, mc, ms = cap_per_query(mq, mc, ms, empty, min(cfg.synonymy_edge_topk, n), cap)
-    else:  # remapping keeps the order (old and new indices are both text order)
-        mq, mc, ms = oq, oc, os_.astype(np.float32)
-    # The two parts hold disjoint queries, each sorted: a stable sort by query merges them.
-    q, c, s = np.r_[fq, mq], np.r_[fc, mc], np.r_[fs, ms].astype(np.float32)
+    merging = np.zeros(n, dtype=bool)
+    merging[merge_rows] = True
+    turn = ~kept_old[sq] & merging[sc]
+    # Lists that gain nothing keep their order (old and new indices are both text order).
+    gaining = np.zeros(n, dtype=bool)
+    gaining[sc[turn]] = True
+    moved = gaining[oq]
+    mq, mc, ms = _sort(np.r_[oq[moved], sc[turn]], np.r_[oc[moved], sq[turn]], np.r_[os_[moved], ss[turn]].astype(np.float32))
+    mq, mc, ms = cap_per_query(mq, mc, ms, empty, top_k, cap)
+    stay = ~moved
+    # The parts hold disjoint queries, each sorted: a stable sort by query merges them.
+    q = np.r_[fq, oq[stay], mq]
+    c, s = np.r_[fc, oc[stay], mc], np.r_[fs, os_[stay], ms].astype(np.float32)
     order = np.argsort(q, kind="stable")
     return (q[order], c[order], s[order]), stats
