@@ -199,3 +199,49 @@ def read_checkpoint_lines(path: Path | str, header: Any, accept: Callable[[Any, 
         f.flush()
         os.fsync(f.fileno())
     return items
+
+
+class CheckpointLog:
+    """The writing side of `read_checkpoint_lines`: the header goes first when the file
+    is new, then each line is appended with flush + fsync, so a kill loses at most the
+    line being written. `torn_crash` names a crash point (tests) that dies halfway
+    through a line, to prove the reader cuts it off."""
+
+    def __init__(self, path: Path | str, header: Any, torn_crash: Optional[str] = None):
+        self.path, self.header, self.torn_crash = Path(path), header, torn_crash
+        self._f: Optional[IO[bytes]] = None
+
+    def write(self, obj: Any) -> str:
+        """Append one line (after the header, if the file is new); returns its JSON text."""
+        if self._f is None:
+            new = not self.path.is_file()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "ab")
+            if new:
+                self._line(self.header)
+        return self._line(obj)
+
+    def _line(self, obj: Any) -> str:
+        """Every line, the header included, is a pass through the `torn_crash` point."""
+        text = json.dumps(obj, ensure_ascii=False)
+        data = text.encode("utf-8") + b"\n"
+        if self.torn_crash and crash_hit(self.torn_crash):
+            self._append(data[: len(data) // 2])
+            crash_now()
+        self._append(data)
+        return text
+
+    def _append(self, data: bytes) -> None:
+        self._f.write(data)
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def remove(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        fsync_dir(self.path.parent)

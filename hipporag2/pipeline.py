@@ -19,7 +19,6 @@ __all__ = [
 
 import json
 import logging
-import os
 import platform
 import time
 from contextlib import contextmanager
@@ -320,7 +319,7 @@ class RetrievalCheckpoint:
         self.path, self.key, self.block_size = path, key, block_size
         self.ids = query_ids
         self.results: List[RetrievalResult] = []
-        self._f = None
+        self._log = atomicio.CheckpointLog(path, self._header(), torn_crash="retrieval_torn_write")
 
     def _header(self) -> Dict:
         return {"checkpoint": {"key": self.key, "n_queries": len(self.ids), "block_size": self.block_size, "ids": digest(self.ids)}}
@@ -348,39 +347,16 @@ class RetrievalCheckpoint:
     def append(self, start: int, results: List[RetrievalResult]) -> List[RetrievalResult]:
         """Persist a finished block; returns its results as read back from JSON (so a
         resumed and an uninterrupted run hold exactly the same values)."""
-        if self._f is None:
-            new = not self.path.is_file()
-            self._f = open(self.path, "ab")
-            if new:
-                self._write_line(self._header())
-        line = {"start": start, "rows": [_row_of(r) for r in results]}
-        text = self._write_line(line)
+        text = self._log.write({"start": start, "rows": [_row_of(r) for r in results]})
         back = [_result_of(r) for r in json.loads(text)["rows"]]
         self.results.extend(back)
         return back
 
-    def _write_line(self, obj) -> str:
-        text = json.dumps(obj, ensure_ascii=False)
-        data = text.encode("utf-8") + b"\n"
-        if atomicio.crash_hit("retrieval_torn_write"):  # a kill in the middle of a line
-            self._f.write(data[: len(data) // 2])
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            atomicio.crash_now()
-        self._f.write(data)
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        return text
-
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self._log.close()
 
     def remove(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-        atomicio.fsync_dir(self.path.parent)
+        self._log.remove()
 
 
 def retrieve_checkpointed(retriever, queries: List[Query], ckpt: RetrievalCheckpoint, timings: Timings) -> Tuple[List[RetrievalResult], int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -33,7 +32,7 @@ class QACheckpoint:
     def __init__(self, path: Path, keys: Sequence[str]):
         self.path = Path(path)
         self.keys = list(keys)
-        self._f = None
+        self._log = atomicio.CheckpointLog(self.path, self._header())
 
     def _header(self) -> dict:
         return {"checkpoint": {"stage": "qa", "n_questions": len(self.keys), "requests": digest(self.keys)}}
@@ -58,30 +57,15 @@ class QACheckpoint:
         return done
 
     def append(self, start: int, responses: Sequence[ChatResponse]) -> None:
-        if self._f is None:
-            new = not self.path.is_file()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "ab")
-            if new:
-                self._write(self._header())
         rows = [{"key": k, "text": r.text, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "error": r.error}
                 for k, r in zip(self.keys[start : start + len(responses)], responses)]
-        self._write({"start": start, "rows": rows})
-
-    def _write(self, obj) -> None:
-        self._f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        self._log.write({"start": start, "rows": rows})
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self._log.close()
 
     def remove(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-        atomicio.fsync_dir(self.path.parent)
+        self._log.remove()
 
 
 def remove_checkpoint(run_dir: Optional[Path]) -> None:
