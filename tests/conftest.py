@@ -192,6 +192,9 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # xdist would sort the groups by their number of tests; they are in LONG_GROUPS order.
+    config.option.loadscopereorder = False
+
     class GroupScheduling(LoadScopeScheduling):
         """xdist's scope scheduling with the workers' groups as scopes: a group goes
         to one worker whole, in collection order (long groups first)."""
