@@ -214,3 +214,19 @@ def test_retriever_reset_rows_are_reset_vectors():
         if passage[i] is None:
             want = np.r_[want, np.zeros(n_pass)]
         np.testing.assert_array_equal(R[i].toarray().ravel(), want)
+
+
+@pytest.mark.parametrize("rows", [300, 700, 1024, 5000])
+def test_widened_panels_are_panels_of_more_rows(rows):
+    """`widened(panels, 2)` is exactly `Panels.build` with twice the rows (what the
+    float32 steps walk), made from the saved panels without S."""
+    import scipy.sparse as sp
+
+    from hipporag2.retrieve.ppr_panels import Panels, widened
+
+    A = sp.random(3000, 3000, density=0.004, random_state=rows, format="csr")
+    S = sp.csr_matrix(A + A.T)
+    S.sort_indices()
+    got, want = widened(Panels.build(S, rows), 2), Panels.build(S, 2 * rows)
+    for a, b in ((got.indptr, want.indptr), (got.indices, want.indices), (got.data, want.data)):
+        np.testing.assert_array_equal(a, b)
