@@ -41,7 +41,8 @@ def warm() -> float:
     R = rng.random((3, n))
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):  # made and saved, then loaded back (read-only arrays)
-            solver = BatchedSolver.from_edges(edges, tmp)
+            # a graph this small would run on numpy (`ppr.choose_operator`): ask for the loops
+            solver = BatchedSolver.from_edges(edges, tmp, operator="compiled")
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve(R, 0.5)
             solver.solve_unnormalised(R, [0.5, 0.3])
