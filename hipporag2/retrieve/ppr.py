@@ -303,6 +303,13 @@ class _Operator:
         self.S = S
         self.panels = panels
         self.k = ppr_kernels
+        # S's values in float32 for the bulk of the mixed-precision solve (`BatchedSolver._refine`):
+        # 4 bytes a nonzero more; the acceptance check keeps the float64 values
+        self.data32 = np.ascontiguousarray(panels.data, dtype=np.float32)
+
+    # the solver runs its Chebyshev bulk in float32 on operators that say so (and have
+    # `chebyshev_step32`, `true_residual`, `scale_columns`, `add_scaled_columns`)
+    mixed_precision = True
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
         """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
@@ -316,6 +323,24 @@ class _Operator:
     def chebyshev_step(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:
         p = self.panels
         self.k.chebyshev_step(p.indptr, p.indices, p.data, float(d), x, x_prev, b, weight, float(gamma), float(omega), r, l1)
+
+    def chebyshev_step32(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:
+        """`chebyshev_step` on float32 blocks with S's float32 values, in float32 arithmetic
+        (l1 is accumulated in float64)."""
+        p = self.panels
+        f = np.float32
+        self.k.chebyshev_step(p.indptr, p.indices, self.data32, f(d), x, x_prev, b, weight, f(gamma), f(omega), r, l1)
+
+    def true_residual(self, d, x, b, weight, r, l1) -> None:
+        """r = b - (x - d S x) in float64 with S's float64 values, and its weighted L1 norms."""
+        p = self.panels
+        self.k.true_residual(p.indptr, p.indices, p.data, float(d), x, b, weight, r, l1)
+
+    def scale_columns(self, src, factor, dst) -> None:
+        self.k.scale_columns(src, factor, dst)
+
+    def add_scaled_columns(self, z, c, factor) -> None:
+        self.k.add_scaled_columns(z, c, factor)
 
     def clean_sums(self, R, sums) -> None:
         self.k.clean_sums(R, sums)
@@ -436,6 +461,16 @@ def ppr_residual_limit(tol: float, d: float, u_dangling):
     return tol * (1.0 - d) * ppr_mass(d, u_dangling) / d
 
 
+# mixed-precision refinement (`BatchedSolver._refine`): a float32 round aims no lower than
+# F32_REACH of its right-hand side (float32 carries ~6e-8); a round must cut the float64
+# residual by REFINE_GAIN or the float64 path finishes; at most REFINE_ROUNDS rounds
+F32_REACH = 1e-6
+REFINE_GAIN = 0.25
+REFINE_ROUNDS = 6
+# a float32 round whose residual grows this much over its right-hand side has diverged
+DIVERGED = 1e3
+
+
 def chebyshev_steps(sigma: float, reduction: float) -> int:
     """Fewest Chebyshev steps whose bound 1 / T_k(1 / sigma) reduces a residual `reduction`-fold.
 
@@ -464,8 +499,16 @@ class _Workspace:
 
     def fit(self, m: int) -> "_Workspace":
         """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats."""
+        self.m = m
         self.b, self.x, self.x_prev, self.r = (a[: self.n_active * m].reshape(self.n_active, m) for a in self._active)
         return self
+
+    def halves(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two float32 (n_active, m) arrays in the memory of float64 array j (2: x_prev, 3: r),
+        so the mixed-precision solve needs no memory beyond the float64 one's."""
+        f = self._active[j].view(np.float32)
+        size, half = self.n_active * self.m, f.size // 2
+        return f[:size].reshape(self.n_active, self.m), f[half : half + size].reshape(self.n_active, self.m)
 
 
 class BatchedSolver:
@@ -487,20 +530,22 @@ class BatchedSolver:
         tol: float = 1e-11,
         n_threads: int | None = None,
         max_iter: int = 10_000,
+        mixed_precision: bool = True,
         operator: str | None = None,
     ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
         src, dst, w = _edge_arrays(graph)
         self._setup(prepare_graph(graph.vcount(), src, dst, w, block_size), block_size, tol, n_threads, max_iter,
-                    operator)
+                    mixed_precision, operator)
 
     @classmethod
     def from_prepared(cls, prepared: "PreparedGraph", tol: float = 1e-11, n_threads: int | None = None,
-                      max_iter: int = 10_000, operator: str | None = None) -> "BatchedSolver":
+                      max_iter: int = 10_000, mixed_precision: bool = True,
+                      operator: str | None = None) -> "BatchedSolver":
         """A solver over a graph prepared before (`prepare_graph`, perhaps loaded from disk:
         `graph.prepared`), so opening an index costs a load, not the preparation."""
         self = cls.__new__(cls)
-        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter, operator)
+        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter, mixed_precision, operator)
         return self
 
     @classmethod
@@ -516,7 +561,8 @@ class BatchedSolver:
         prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
         return cls.from_prepared(prep, **kw)
 
-    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter, operator=None) -> None:
+    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter, mixed_precision=True,
+               operator=None) -> None:
         self.prepared = prep
         self.n = prep.n
         self.block_size = max(1, int(block_size))
@@ -544,6 +590,9 @@ class BatchedSolver:
         self._interval = prep.interval  # S's spectrum without its 1s; None: found on first need
         self._spare: list[_Workspace] = []  # full-size block workspaces, one per thread at most
         self._spare_lock = threading.Lock()
+        # float32 Chebyshev bulk + float64 acceptance (`_refine`), where the operator has it
+        # (its `mixed_precision` attribute); an operator without it gets the float64 path
+        self.mixed_precision = bool(mixed_precision)
 
     # ---- input checks, shared with the reference's behaviour ---------------------------
     def _checked(self, resets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -691,6 +740,8 @@ class BatchedSolver:
         x, x_prev, r = ws.x, ws.x_prev, ws.r
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
+        elif self.mixed_precision and getattr(self.op, "mixed_precision", False):
+            x = self._refine(b, d, ws, limit, l1, gamma, sigma)
         else:
             # x0 = 0 makes the first step free: x1 = x0 + gamma r0 = gamma b
             np.multiply(b, gamma, out=x)
@@ -709,6 +760,88 @@ class BatchedSolver:
                 x = self._polish(x, b, d, limit)
         self.op.add_components(x, self._comp_of, self._comp_val, beta / (1.0 - d))
         return x
+
+    def _refine(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray, l1: np.ndarray,
+                gamma: float, sigma: float) -> np.ndarray:
+        """z with (I - d S) z = b (b without its component part) by mixed-precision
+        iterative refinement: the Chebyshev steps in float32, the answer and its
+        acceptance in float64.
+
+        A step's cost is its gathers of block rows; float32 rows move half the bytes
+        (a float32 step costs ~0.6 of a float64 one on the MuSiQue-sized graph). But a
+        float32 iteration stalls near float32's precision (~1e-7 of its right-hand
+        side), far above the 1e-11 we need, so it is run several times: solve M c = rho
+        in float32 for the current float64 residual rho (scaled per column by a power of
+        two, which is exact, so float32's range never matters), add c to the float64
+        answer z, and compute z's true residual rho = b - M z in float64 with S's
+        float64 values (`true_residual`: the same product the float64 path makes). Each
+        round gains ~1e-6, so two rounds usually reach the bound. z is accepted exactly
+        as in the float64 path, by that float64 residual: once ||D^1/2 rho||_1 <= limit
+        per column, the answer is z + rho (the power step). The float32 part only
+        proposes corrections; what it gets wrong shows up in rho and is corrected by
+        the next round. A round that does not cut the residual by `REFINE_GAIN`
+        (float32 stalled, e.g. a spectrum too wide for its steps) hands z to the
+        float64 `_polish` (true residual, power step or CG on the remainder).
+
+        Memory: the float64 z, b and rho take ws.x, ws.b and ws.x_prev; the four
+        float32 blocks of a round live in the memory of ws.x_prev and ws.r (rho is
+        turned into the round's float32 right-hand side before x_prev's memory is
+        reused), so a thread needs no more than the float64 path's four arrays.
+        """
+        z, rho = ws.x, ws.x_prev
+        x32, xp32 = ws.halves(2)  # same memory as rho: used only between residuals
+        rhs32, r32 = ws.halves(3)
+        w = self.sqrt_deg
+        res, res_l1 = b, l1  # the residual to solve for: b itself while z = 0
+        l1_new = np.empty_like(l1)
+        for round_ in range(REFINE_ROUNDS):
+            # a power of two near 1 / ||res||_1 per column: exact scaling, float32 entries <= ~1
+            exp = np.frexp(np.where(res_l1 > 0, res_l1, 1.0))[1]
+            scale = np.ldexp(1.0, -exp)
+            self.op.scale_columns(res, scale, rhs32)
+            # aim at the bound, but no lower than float32 can go
+            goal = np.maximum(limit, F32_REACH * res_l1) * scale
+            c = self._chebyshev32(rhs32, d, x32, xp32, r32, res_l1 * scale, goal, gamma, sigma)
+            if round_ == 0:
+                self.op.scale_columns(c, 1.0 / scale, z)
+            else:
+                self.op.add_scaled_columns(z, c, 1.0 / scale)
+            self.op.true_residual(d, z, b, w, rho, l1_new)
+            if np.all(l1_new <= limit):
+                z += rho  # the power step
+                return z
+            stalled = ~(l1_new <= np.maximum(limit, REFINE_GAIN * res_l1))  # NaN counts as stalled
+            if stalled.any():
+                if not np.all(l1_new <= res_l1):  # the round made z worse (diverged): start over
+                    z.fill(0.0)
+                break  # finish in float64
+            # float32 rounding leaves bits along the components' eigenvectors, which the
+            # Chebyshev steps damp slowly (eigenvalue 1 - d lies outside their interval):
+            # solve that part in closed form again
+            beta = self.components.T @ rho
+            self.op.add_components(rho, self._comp_of, self._comp_val, -beta)
+            self.op.add_components(z, self._comp_of, self._comp_val, beta / (1.0 - d))
+            res, res_l1 = rho, self._l1(rho)
+        return self._polish(z, b, d, limit)
+
+    def _chebyshev32(self, rhs, d, x, x_prev, r, rhs_l1, goal, gamma, sigma) -> np.ndarray:
+        """Chebyshev iteration from 0 for (I - d S) c = rhs in float32 until every
+        column's float32 residual is within `goal`; returns c in x or x_prev."""
+        np.multiply(rhs, np.float32(gamma), out=x)  # x1 = gamma rhs: the free first step
+        x_prev.fill(0.0)
+        omega = 1.0 / (1.0 - sigma * sigma / 2.0)
+        l1 = np.empty(rhs.shape[1])
+        steps = chebyshev_steps(sigma, float((rhs_l1 / goal).max()))
+        for _ in range(min(self.max_iter, 2 * steps + 10)):
+            self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
+            if np.all(l1 <= goal):
+                x += r  # the free power step, in float32
+                return x
+            if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
+                return x
+            x, x_prev = x_prev, x
+            omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
+        return x  # out of steps: the float64 residual will tell
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:
         """Check the bound with the true residual; one free power step, or restart CG.
