@@ -28,6 +28,7 @@ import time
 def warm() -> float:
     """Run every kernel on a small input; returns the seconds it took."""
     import numpy as np
+    import scipy.sparse as sp
 
     from hipporag2.graph.build import GraphEdges
     from hipporag2.graph.synonyms import synonym_arrays
@@ -46,6 +47,7 @@ def warm() -> float:
             solver = BatchedSolver.from_edges(edges, tmp, operator="compiled")
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve(R, 0.5)
+            solver.solve(sp.csr_matrix(R), 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))  # the retriever's resets
             solver.solve_unnormalised(R, [0.5, 0.3])
             # the float64 Chebyshev path (solvers asked for it, operators without float32)
             BatchedSolver.from_edges(edges, tmp, mixed_precision=False, operator="compiled").solve(R, 0.5)

@@ -150,3 +150,67 @@ def test_operators_without_float32_stay_float64():
         got = solver.solve(R, 0.5)
         assert calls["chebyshev_step32"] == 0 and calls["chebyshev_step"] > 0
         assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
+
+
+def test_sparse_resets_give_the_dense_answers():
+    """Resets as CSR rows (what the retriever hands over) solve like the same dense
+    array: NaN/negative entries cleaned, duplicate entries added (scipy's reading), nodes
+    without edges answered from the reset itself, a column slice, d = 0, the sweep path,
+    and prpack; an operator without the CSR passes gets each block densified."""
+    import scipy.sparse as sp
+
+    g = SHAPES["components"]  # has nodes without edges
+    n = g.vcount()
+    R = resets(n, 37, seed=4)
+    R[3, 7] = np.nan
+    R[5, 11] = -1.0
+    R[6, n - 1] = 2.0  # mass on a node without edges
+    rows, cols = np.nonzero(np.isnan(R) | (R != 0))
+    # reversed (unsorted), an explicit zero, and a duplicate entry that adds 0.75 to R[2, 9]
+    C = sp.coo_matrix((np.r_[R[rows, cols][::-1], 0.0, 0.25, 0.5], (np.r_[rows[::-1], 1, 2, 2], np.r_[cols[::-1], 0, 9, 9])),
+                      shape=R.shape)
+    R2 = R.copy()
+    R2[2, 9] += 0.75
+    solver = BatchedSolver(g, n_threads=2)
+    for d in (0.5, 0.0):
+        want = solver.solve(R2, d)
+        got = solver.solve(C, d)
+        # the same within the bound (the sums may round differently, and float32 with them)
+        assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
+        cols = slice(400, n)
+        assert np.abs(solver.solve(C, d, columns=cols) - want[:, cols]).sum(axis=1).max() <= 2 * TOL
+    Y = solver.solve_unnormalised(C, [0.5, 0.3])
+    Y2 = solver.solve_unnormalised(R2, [0.5, 0.3])
+    assert (np.abs(Y - Y2).sum(axis=2) <= 2 * TOL * np.fmax(R2, 0).sum(axis=1)).all()
+    from hipporag2.retrieve.ppr import PrpackSolver
+
+    np.testing.assert_array_equal(PrpackSolver(g).solve(C.tocsr()[:3], 0.5), PrpackSolver(g).solve(R2[:3], 0.5))
+
+    class DenseOnly(ppr._Operator):
+        gather_resets_csr = property(lambda self: (_ for _ in ()).throw(AttributeError("dense only")))
+
+    dense_only = BatchedSolver(g, n_threads=1)
+    dense_only.op = DenseOnly(dense_only.op.S, dense_only.op.panels)
+    assert not hasattr(dense_only.op, "gather_resets_csr")
+    assert np.abs(dense_only.solve(C, 0.5) - solver.solve(R2, 0.5)).sum(axis=1).max() <= 2 * TOL
+
+
+def test_retriever_reset_rows_are_reset_vectors():
+    """`reset_rows` holds exactly `seeds.reset_vector` of each query (the last weight of a
+    phrase seeded twice, passage seeds with zeros and NaN), as CSR."""
+    from hipporag2.retrieve.graph_retriever import reset_rows
+    from hipporag2.retrieve.seeds import reset_vector
+
+    rng = np.random.default_rng(2)
+    n_phr, n_pass = 30, 12
+    phrase = [[(3, 0.5), (7, 0.25), (3, 0.125)], [], [(0, float("nan")), (29, -1.0)]]
+    passage = [rng.random(n_pass).astype(np.float32), None, np.r_[np.zeros(6), np.full(6, 0.5)]]
+    passage[0][4] = 0.0
+    passage[0][5] = np.nan
+    R = reset_rows(phrase, passage, n_phr, n_phr + n_pass)
+    assert R.has_canonical_format
+    for i in range(3):
+        want = reset_vector(n_phr, phrase[i], passage[i])
+        if passage[i] is None:
+            want = np.r_[want, np.zeros(n_pass)]
+        np.testing.assert_array_equal(R[i].toarray().ravel(), want)

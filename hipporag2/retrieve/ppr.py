@@ -116,9 +116,26 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndar
         raise ValueError(f"out must be a float64 array of shape {tuple(shape)}, got {got}")
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be C-contiguous and writeable")
-    if np.may_share_memory(out, resets):
+    if np.may_share_memory(out, resets.data if sp.issparse(resets) else resets):
         raise ValueError("out must not overlap the reset vectors")
     return out
+
+
+def sparse_resets(resets) -> sp.csr_matrix:
+    """Resets given as a scipy sparse matrix, as canonical float64 CSR (sorted indices;
+    duplicate entries add up, as they do when scipy densifies the matrix)."""
+    R = sp.csr_matrix(resets, dtype=np.float64)
+    R.sum_duplicates()  # also sorts
+    return R
+
+
+def sparse_clean_sums(R: sp.csr_matrix, mask: np.ndarray | None = None) -> np.ndarray:
+    """Each row's sum once cleaned (NaN/negative -> 0), over the columns in `mask` if given."""
+    v = clean_reset(R.data)
+    if mask is not None:
+        v = np.where(mask[R.indices], v, 0.0)
+    rows = np.repeat(np.arange(R.shape[0]), np.diff(R.indptr))
+    return np.bincount(rows, weights=v, minlength=R.shape[0]).astype(np.float64)
 
 
 def column_range(columns: slice | None, n: int) -> tuple[int, int]:
@@ -152,7 +169,8 @@ class OutputBuffer:
 class PPRSolver(Protocol):
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
-        """resets: (q, n) reset vectors (not necessarily normalised); returns (q, n), or
+        """resets: (q, n) reset vectors (not necessarily normalised; a numpy array, or a
+        scipy sparse matrix, whose rows a query's few seeds fill far more cheaply); returns (q, n), or
         only the nodes `columns` (a slice with step 1: e.g. the passages, all a ranking
         needs), written into `out` when it is given (see `output_array`)."""
 
@@ -166,7 +184,7 @@ class PrpackSolver:
 
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
-        resets = np.atleast_2d(resets)
+        resets = sparse_resets(resets) if sp.issparse(resets) else np.atleast_2d(resets)
         n = self.graph.vcount()
         j0, j1 = column_range(columns, n)
         out = output_array(out, (resets.shape[0], j1 - j0), resets)
@@ -178,7 +196,7 @@ class PrpackSolver:
                 weights=self._weights,
                 # the reference hands igraph the numpy array itself (not a list);
                 # igraph's conversion of it is part of what one call costs
-                reset=clean_reset(reset),
+                reset=clean_reset(reset.toarray().ravel() if sp.issparse(reset) else reset),
                 implementation="prpack",
             )[j0:j1]
         return out
@@ -353,6 +371,12 @@ class _Operator:
 
     def add_components(self, z, component, value, coef) -> None:
         self.k.add_components(z, component, value, coef)
+
+    def gather_resets_csr(self, indptr, indices, data, pos, scale, sqrt_deg, b) -> None:
+        self.k.gather_resets_csr(indptr, indices, data, pos, scale, sqrt_deg, b)
+
+    def scatter_answers_csr(self, z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0) -> None:
+        self.k.scatter_answers_csr(z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0)
 
     def weighted_l1(self, x, weight, out) -> None:
         self.k.weighted_l1(x, weight, out)
@@ -602,11 +626,17 @@ class BatchedSolver:
         of all resets would be another q x n array (0.8 GB at 1000 x 100k), and even a
         block-sized one is fresh memory on every call.
         """
-        R = np.atleast_2d(np.asarray(resets, dtype=np.float64))
-        if R.ndim != 2 or R.shape[1] != self.n:
-            raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
-        sums = np.empty(R.shape[0])
-        self.op.clean_sums(R, sums)
+        if sp.issparse(resets):
+            R = sparse_resets(resets)
+            if R.shape[1] != self.n:
+                raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
+            sums = sparse_clean_sums(R)
+        else:
+            R = np.atleast_2d(np.asarray(resets, dtype=np.float64))
+            if R.ndim != 2 or R.shape[1] != self.n:
+                raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
+            sums = np.empty(R.shape[0])
+            self.op.clean_sums(R, sums)
         if not np.isfinite(sums).all():  # NaN is cleaned away, so only +inf gets here
             raise ValueError("reset vectors must be finite (igraph rejects infinite entries)")
         return R, sums
@@ -678,15 +708,27 @@ class BatchedSolver:
                 self._spare.append(ws)
 
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise, j0) -> None:
-        R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
+        csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
+        if csr:
+            R = R[rows]  # CSR rows: a small copy
+        elif sp.issparse(R):  # an operator without the CSR passes: this block dense
+            R = R[rows].toarray()
+        else:
+            R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
         scale = scale[rows]
         ones = np.ones(len(scale))
         # each reset's share on nodes without edges: there y = u, and it sets PPR's total mass
-        u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale
+        if csr:
+            u_dangling = sparse_clean_sums(R, self.pos >= self.n_active) / scale
+        else:
+            u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         if walk and self.n_active:
             b = ws.b
-            self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, b)
+            if csr:
+                self.op.gather_resets_csr(R.indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, b)
+            else:
+                self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, b)
             if len(walk) == 1:
                 d = walk[0]
                 limit = ppr_residual_limit(self.tol, d, u_dangling) if normalise else self._limit(d) * ones
@@ -695,13 +737,18 @@ class BatchedSolver:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
-                np.divide(clean_reset(R[:, j0 : j0 + out.shape[2]]), scale[:, None], out=out[k, rows])
+                part = R[:, j0 : j0 + out.shape[2]]
+                np.divide(clean_reset(part.toarray() if csr else part), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]
-            elif normalise:  # divided by the exact total mass, not by the sum of the answer
-                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows], j0)
+                continue
+            # PPR divided by the exact total mass, not by the sum of the answer; or y scaled back
+            divisor, factor = (ppr_mass(d, u_dangling), ones) if normalise else (ones, scale)
+            if csr:
+                self.op.scatter_answers_csr(zs[d], R.indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg,
+                                            divisor, factor, out[k, rows], j0)
             else:
-                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows], j0)
+                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, divisor, factor, out[k, rows], j0)
 
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
