@@ -171,7 +171,7 @@ def test_sparse_resets_give_the_dense_answers():
                       shape=R.shape)
     R2 = R.copy()
     R2[2, 9] += 0.75
-    solver = BatchedSolver(g, n_threads=2)
+    solver = BatchedSolver(g, operator="compiled", n_threads=2)
     for d in (0.5, 0.0):
         want = solver.solve(R2, d)
         got = solver.solve(C, d)
@@ -189,7 +189,7 @@ def test_sparse_resets_give_the_dense_answers():
     class DenseOnly(ppr._Operator):
         gather_resets_csr = property(lambda self: (_ for _ in ()).throw(AttributeError("dense only")))
 
-    dense_only = BatchedSolver(g, n_threads=1)
+    dense_only = BatchedSolver(g, operator="compiled", n_threads=1)
     dense_only.op = DenseOnly(dense_only.op.S, dense_only.op.panels)
     assert not hasattr(dense_only.op, "gather_resets_csr")
     assert np.abs(dense_only.solve(C, 0.5) - solver.solve(R2, 0.5)).sum(axis=1).max() <= 2 * TOL

@@ -182,8 +182,8 @@ class TieredOperator:
 
     The numpy operations cost ~1.2 ms more per query than the compiled ones on the
     shared MuSiQue set's graph, about proportionally to S's nonzeros, while numba costs
-    a process ~0.9 s once. Counting queries x nonzeros solved (each solve's resets pass
-    through `clean_sums` once, before its blocks start), the solver switches when that
+    a process ~0.9 s once. Counting queries x nonzeros solved (each block of resets
+    passes through `gather_resets` once, dense or CSR resets alike), the solver switches when that
     work reaches `budget`, about the work whose extra cost equals the start-up: a run
     never pays more than about twice what the better choice in hindsight would have.
     The two operators compute the same operations on the solver's arrays and keep no
@@ -205,23 +205,24 @@ class TieredOperator:
         return "numpy" if self._op is self._numpy else "compiled"
 
     def clean_sums(self, R, sums) -> None:
+        self._op.clean_sums(R, sums)
+
+    def gather_resets(self, R, pos, scale, sqrt_deg, b) -> None:
+        """Each block of resets enters here once, so the work is counted here."""
         with self._lock:
             if self._op is self._numpy:
-                self.work += float(R.shape[0]) * float(self.S.nnz)
+                self.work += float(b.shape[1]) * float(self.S.nnz)
                 if self.work > self.budget:
                     from hipporag2.retrieve.ppr import _Operator  # numba from here on
 
                     self._op = _Operator(self.S, self._panels)
-        self._op.clean_sums(R, sums)
+        self._op.gather_resets(R, pos, scale, sqrt_deg, b)
 
     def __call__(self, x, d, out=None):
         return self._op(x, d, out)
 
     def chebyshev_step(self, *args) -> None:
         self._op.chebyshev_step(*args)
-
-    def gather_resets(self, *args) -> None:
-        self._op.gather_resets(*args)
 
     def scatter_answers(self, *args) -> None:
         self._op.scatter_answers(*args)
