@@ -43,13 +43,14 @@ def warm() -> float:
     R = rng.random((3, n))
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):  # made and saved, then loaded back (read-only arrays)
-            solver = BatchedSolver.from_edges(edges, tmp)
+            # a graph this small would run on numpy (`ppr.choose_operator`): ask for the loops
+            solver = BatchedSolver.from_edges(edges, tmp, operator="compiled")
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve(R, 0.5)
             solver.solve(sp.csr_matrix(R), 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))  # the retriever's resets
             solver.solve_unnormalised(R, [0.5, 0.3])
             # the float64 Chebyshev path (solvers asked for it, operators without float32)
-            BatchedSolver.from_edges(edges, tmp, mixed_precision=False).solve(R, 0.5)
+            BatchedSolver.from_edges(edges, tmp, mixed_precision=False, operator="compiled").solve(R, 0.5)
     from hipporag2.retrieve import scoring
 
     for dtype in (np.float32, np.float64):

@@ -83,11 +83,11 @@ def test_mixed_precision_within_the_bound(shape, d):
     # still spin after the solvers' set-up), the float64 path on all
     sub = slice(0, None, 8)
     ref = prpack(g, R[sub], d)
-    mixed = BatchedSolver(g, n_threads=2)
+    mixed = BatchedSolver(g, operator="compiled", n_threads=2)
     calls = counted(mixed, "chebyshev_step32", "residual_in_place")
     got = mixed.solve(R, d)
     assert calls["chebyshev_step32"] > 0 and calls["residual_in_place"] > 0, "the float32 path did not run"
-    f64 = BatchedSolver(g, n_threads=2, mixed_precision=False).solve(R, d)
+    f64 = BatchedSolver(g, operator="compiled", n_threads=2, mixed_precision=False).solve(R, d)
     # both within TOL of the exact answer, so within 2 TOL of each other
     assert np.abs(got - f64).sum(axis=1).max() <= 2 * TOL
     assert np.abs(got[sub] - ref).sum(axis=1).max() < 1e-8  # prpack itself stops at ~1e-10
@@ -104,7 +104,7 @@ def test_float32_stall_hands_over_to_float64(monkeypatch, case):
     round gain set beyond float32's reach (~1e-7) stands for float32 stalling."""
     g = SHAPES["random"]
     R = resets(g.vcount(), 8, seed=3)
-    solver = BatchedSolver(g, n_threads=1)
+    solver = BatchedSolver(g, operator="compiled", n_threads=1)
     if case == "diverges":
         solver._interval = (0.5, 0.6)
     else:
@@ -115,7 +115,7 @@ def test_float32_stall_hands_over_to_float64(monkeypatch, case):
     calls = counted(solver, "chebyshev_step32")
     got = solver.solve(R, 0.85)
     assert calls["chebyshev_step32"] > 0 and polished, "the stalled float32 solve was not handed to float64"
-    want = BatchedSolver(g, n_threads=1, mixed_precision=False).solve(R, 0.85)
+    want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, 0.85)
     assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
 
 
@@ -125,11 +125,11 @@ def test_more_rounds_when_float32_reaches_less(monkeypatch):
     g = SHAPES["hubs"]
     R = resets(g.vcount(), 8, seed=5)
     monkeypatch.setattr(ppr, "F32_REACH", 1e-3)
-    solver = BatchedSolver(g, n_threads=1)
+    solver = BatchedSolver(g, operator="compiled", n_threads=1)
     calls = counted(solver, "residual_in_place")
     got = solver.solve(R, 0.5)
     assert calls["residual_in_place"] >= 3
-    want = BatchedSolver(g, n_threads=1, mixed_precision=False).solve(R, 0.5)
+    want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, 0.5)
     assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
 
 
@@ -138,12 +138,12 @@ def test_operators_without_float32_stay_float64():
     graphs) gets the float64 path, and so does a solver asked for it; same answers."""
     g = SHAPES["components"]
     R = resets(g.vcount(), 6, seed=9)
-    want = BatchedSolver(g, n_threads=1).solve(R, 0.5)
+    want = BatchedSolver(g, operator="compiled", n_threads=1).solve(R, 0.5)
 
     class Float64Only(ppr._Operator):
         mixed_precision = False
 
-    for solver in (BatchedSolver(g, n_threads=1), BatchedSolver(g, n_threads=1, mixed_precision=False)):
+    for solver in (BatchedSolver(g, operator="compiled", n_threads=1), BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False)):
         if solver.mixed_precision:
             solver.op = Float64Only(solver.op.S, solver.op.panels)
         calls = counted(solver, "chebyshev_step32", "chebyshev_step")
@@ -171,7 +171,7 @@ def test_sparse_resets_give_the_dense_answers():
                       shape=R.shape)
     R2 = R.copy()
     R2[2, 9] += 0.75
-    solver = BatchedSolver(g, n_threads=2)
+    solver = BatchedSolver(g, operator="compiled", n_threads=2)
     for d in (0.5, 0.0):
         want = solver.solve(R2, d)
         got = solver.solve(C, d)
@@ -189,7 +189,7 @@ def test_sparse_resets_give_the_dense_answers():
     class DenseOnly(ppr._Operator):
         gather_resets_csr = property(lambda self: (_ for _ in ()).throw(AttributeError("dense only")))
 
-    dense_only = BatchedSolver(g, n_threads=1)
+    dense_only = BatchedSolver(g, operator="compiled", n_threads=1)
     dense_only.op = DenseOnly(dense_only.op.S, dense_only.op.panels)
     assert not hasattr(dense_only.op, "gather_resets_csr")
     assert np.abs(dense_only.solve(C, 0.5) - solver.solve(R2, 0.5)).sum(axis=1).max() <= 2 * TOL

@@ -48,6 +48,16 @@ bound gives.
 Either way one sparse-times-dense-block product serves a block of queries, blocks run
 in parallel threads, and nodes are renumbered by decreasing degree.
 
+The arithmetic on the block goes through an operator object with two implementations
+of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
+panels, prefetching, the fused Chebyshev step), fastest per step, and
+`ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
+numba. numba's start-up costs a process ~0.9 s, more than all PPR of a 100-question run
+on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
+NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
+once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
+larger graphs start compiled. The stopping rule below is the same for both.
+
 Stopping rule, with a bound rather than a heuristic: the y-space residual is
 rho = u + d A y - y = D^1/2 r, and since ||A||_1 <= 1 the error of y is at most
 ||rho||_1 / (1 - d). The answer is an iterate plus one power step (y + rho, which
@@ -386,6 +396,35 @@ class _Operator:
         self.k.weighted_l1(x, weight, out)
 
 
+# S's nonzeros below which `BatchedSolver` starts on numpy (`ppr_numpy.TieredOperator`),
+# and the queries x nonzeros after which it moves to the compiled loops: see `choose_operator`
+NUMPY_OPERATOR_MAX_NNZ = 500_000
+TIERED_BUDGET = 6e7
+OPERATORS = ("numpy", "compiled")
+
+
+def choose_operator(nnz: int, operator: str | None = None) -> str:
+    """Which block operator a solver over S with `nnz` nonzeros uses: `operator` when
+    given ("numpy": `ppr_numpy.NumpyOperator` only, "compiled": `_Operator` only), else
+    "tiered" (numpy first, compiled once it pays, `ppr_numpy.TieredOperator`) below
+    NUMPY_OPERATOR_MAX_NNZ nonzeros and "compiled" from there on.
+
+    The compiled loops are faster per step (panels, prefetching, the fused step), but a
+    process pays numba's start-up once: ~0.9 s on the quiet 2-core machine (importing it,
+    then loading the first kernel from its disk cache), more than the whole PPR of the
+    shared MuSiQue set's 100 questions. Measured there (86k nonzeros, results/perf/README.md,
+    issue 15): numpy costs ~1.2 ms more CPU per query, i.e. ~1.4e-8 s per query and
+    nonzero, so the start-up equals ~6e7 queries x nonzeros of numpy's extra work
+    (TIERED_BUDGET: ~700 queries on that graph), and already ~120 queries' worth on a
+    graph of 500k nonzeros, where a run starts compiled.
+    """
+    if operator is None:
+        return "tiered" if nnz < NUMPY_OPERATOR_MAX_NNZ else "compiled"
+    if operator not in OPERATORS:
+        raise ValueError(f"operator must be one of {OPERATORS} or None (automatic), got {operator!r}")
+    return operator
+
+
 def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     """One unit column per connected component: sqrt(deg) there, 0 elsewhere.
 
@@ -564,19 +603,21 @@ class BatchedSolver:
         n_threads: int | None = None,
         max_iter: int = 10_000,
         mixed_precision: bool = True,
+        operator: str | None = None,
     ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
         src, dst, w = _edge_arrays(graph)
         self._setup(prepare_graph(graph.vcount(), src, dst, w, block_size), block_size, tol, n_threads, max_iter,
-                    mixed_precision)
+                    mixed_precision, operator)
 
     @classmethod
     def from_prepared(cls, prepared: "PreparedGraph", tol: float = 1e-11, n_threads: int | None = None,
-                      max_iter: int = 10_000, mixed_precision: bool = True) -> "BatchedSolver":
+                      max_iter: int = 10_000, mixed_precision: bool = True,
+                      operator: str | None = None) -> "BatchedSolver":
         """A solver over a graph prepared before (`prepare_graph`, perhaps loaded from disk:
         `graph.prepared`), so opening an index costs a load, not the preparation."""
         self = cls.__new__(cls)
-        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter, mixed_precision)
+        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter, mixed_precision, operator)
         return self
 
     @classmethod
@@ -592,7 +633,8 @@ class BatchedSolver:
         prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
         return cls.from_prepared(prep, **kw)
 
-    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter, mixed_precision=True) -> None:
+    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter, mixed_precision=True,
+               operator=None) -> None:
         self.prepared = prep
         self.n = prep.n
         self.block_size = max(1, int(block_size))
@@ -604,7 +646,15 @@ class BatchedSolver:
         self.dangling = prep.dangling
         self.active = prep.active
         self.sqrt_deg = prep.sqrt_deg
-        self.op = _Operator(prep.S, prep.panels)
+        self.operator = choose_operator(prep.S.nnz, operator)
+        if self.operator == "compiled":
+            self.op = _Operator(prep.S, prep.panels)
+        else:  # small graphs: no numba start-up, or not before it pays (`ppr_numpy`)
+            from hipporag2.retrieve import ppr_numpy
+
+            self.op = (ppr_numpy.NumpyOperator(prep.S, prep.pos) if self.operator == "numpy"
+                       else ppr_numpy.TieredOperator(prep.S, prep.pos, prep.panels, TIERED_BUDGET))
+            self.block_size = min(self.block_size, ppr_numpy.BLOCK_SIZE)  # its passes want a block in cache
         self.components = prep.components()
         # V @ beta as a gather (V has one nonzero per row): far cheaper than sparse @ dense
         self._comp_of = prep.comp_of
