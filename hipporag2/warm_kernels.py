@@ -13,7 +13,8 @@ cached kernel is loaded, not rebuilt).
 numba compiles once per argument-type signature, so the calls below go through the
 same public functions, with the same array kinds, as real runs: a solver prepared in
 memory (writable arrays) and one loaded from a saved preparation (read-only
-memory-mapped arrays), both solve paths (`solve` with `out=`/`columns=`, and
+memory-mapped arrays), both solve paths (`solve` with `out=`/`columns=`, mixed precision
+and float64, and
 `solve_unnormalised` for sweeps), fact candidates on float32 and float64 scores, and
 the synonym KNN.
 """
@@ -27,6 +28,7 @@ import time
 def warm() -> float:
     """Run every kernel on a small input; returns the seconds it took."""
     import numpy as np
+    import scipy.sparse as sp
 
     from hipporag2.graph.build import GraphEdges
     from hipporag2.graph.synonyms import synonym_arrays
@@ -41,10 +43,14 @@ def warm() -> float:
     R = rng.random((3, n))
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):  # made and saved, then loaded back (read-only arrays)
-            solver = BatchedSolver.from_edges(edges, tmp)
+            # a graph this small would run on numpy (`ppr.choose_operator`): ask for the loops
+            solver = BatchedSolver.from_edges(edges, tmp, operator="compiled")
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve(R, 0.5)
+            solver.solve(sp.csr_matrix(R), 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))  # the retriever's resets
             solver.solve_unnormalised(R, [0.5, 0.3])
+            # the float64 Chebyshev path (solvers asked for it, operators without float32)
+            BatchedSolver.from_edges(edges, tmp, mixed_precision=False, operator="compiled").solve(R, 0.5)
     from hipporag2.retrieve import scoring
 
     for dtype in (np.float32, np.float64):

@@ -215,7 +215,7 @@ def test_threads_kernel_fallback_and_registry():
     two = BatchedSolver(sg.graph, block_size=4, n_threads=2).solve(R, 0.5)
     np.testing.assert_array_equal(one, two)
     # many narrow panels instead of one: another summation order, the same answer
-    narrow = BatchedSolver(sg.graph, block_size=4, n_threads=1)
+    narrow = BatchedSolver(sg.graph, block_size=4, n_threads=1, operator="compiled")
     narrow.op.panels = Panels.build(narrow.op.S, 7)
     assert narrow.op.panels.indptr.shape[0] > 10
     assert np.abs(narrow.solve(R, 0.5) - one).sum(axis=1).max() < 1e-11

@@ -25,7 +25,6 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hipporag2.graph.knn_kernels import fill_tile, offer_hits, scan_tile, walk_lists
 from hipporag2.text import alnum_len
 
 # columns of one similarity tile: with 1024 rows, 32 MB of float32 (BLAS ran at 48 / 52
@@ -148,6 +147,10 @@ def tiled_synonym_arrays(
     progress: bool = False,
 ) -> SynonymPairs:
     """`synonym_arrays` over every phrase as query, each pair computed once (module docstring)."""
+    # numba, imported by a synonym search only: opening an index for retrieval must not pay
+    # its start-up (importing it alone took 0.3 s on the quiet 2-core machine)
+    from hipporag2.graph.knn_kernels import fill_tile, offer_hits, scan_tile, walk_lists
+
     emb = np.ascontiguousarray(embeddings, dtype=np.float32)
     n = emb.shape[0]
     is_query = query_mask(phrases)

@@ -11,7 +11,8 @@ come from one pass over the raw fact scores (`min_max_top_k`, the same candidate
 scores and ties as normalising and sorting all of them), made in bounded pieces on
 large indexes (`min_max_top_k_product`: 32 MB of scores and 32 MB of mapped fact
 embeddings resident at a time), passages are ranked by partial selection, and the resets and PPR answers of a block are made in pieces of
-the solver's width in two reused arrays, so no q x nodes temporary is built; with
+the solver's width (resets as CSR rows, `reset_rows`; answers in one reused array),
+so no q x nodes temporary is built; with
 the batched solver no igraph graph is built either, and its preparation is loaded
 from the index folder (`ppr_store`).
 """
@@ -84,7 +85,6 @@ class GraphRetriever:
         cache = None if index.path is None else index.path / "ppr"
         self.solver = make_index_solver(cfg.ppr_solver, edges, graph, cache)
         self._ppr_out = OutputBuffer()  # PPR answers of one piece of a block, reused by the next
-        self._resets = OutputBuffer()  # and its reset vectors
         self.passages_per_phrase = [len(p) for p in index.phrase_passages]
         self._passage_phrase = None
         self._fact_chain = None
@@ -243,13 +243,7 @@ class GraphRetriever:
         out: Dict[int, RetrievalResult] = {}
         for s in range(0, len(rows), piece):
             part = rows[s : s + piece]
-            R = self._resets.view((len(part), n))
-            R.fill(0.0)
-            for i, r in enumerate(part):
-                for j, w in links[r][0]:
-                    R[i, j] = w
-                if pseeds[r] is not None:
-                    R[i, n_phr:] = pseeds[r]
+            R = reset_rows([links[r][0] for r in part], [pseeds[r] for r in part], n_phr, n)
             # only the nodes that are scored: the passages, or the phrases whose mass they sum
             cols = slice(n_phr, n) if self.with_passage_nodes else slice(0, n_phr)
             width = cols.stop - cols.start
@@ -258,7 +252,35 @@ class GraphRetriever:
                 vec = ppr[i]
                 scores = vec if self.with_passage_nodes else self.passage_scores(vec)
                 out[r] = query_result(block[r].id, links[r], idx, scores, dense[r], cfg.retrieval_top_k)
+        # the solver's block arrays (~150 MB at MuSiQue scale) need not stay resident
+        # through the next block's fact scores: peak memory is the larger of the two, not the sum
+        release = getattr(self.solver, "release_workspaces", None)
+        if release is not None:
+            release()
         return out
+
+
+def reset_rows(phrase_seeds: Sequence[Sequence[Tuple[int, float]]], passage_seeds: Sequence[Optional[np.ndarray]],
+               n_phrases: int, n: int) -> sp.csr_matrix:
+    """The reset vectors of a piece of queries as CSR rows: `seeds.reset_vector` of each
+    (a phrase seeded twice keeps its last weight), without the dense (queries x nodes)
+    array: at MuSiQue scale a reset has ~5 phrase and ~12k passage entries of 97k
+    nodes, so a piece of 64 is ~9 MB instead of 50 MB to zero, fill and read."""
+    cols, vals, indptr = [], [], [0]
+    for seeds, ps in zip(phrase_seeds, passage_seeds):
+        last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
+        c = np.fromiter(last.keys(), dtype=np.int64, count=len(last))
+        v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
+        if ps is not None:
+            nz = np.flatnonzero(ps)  # zeros add nothing to a reset; NaN stays (cleaned later)
+            c, v = np.concatenate([c, nz + n_phrases]), np.concatenate([v, np.asarray(ps, dtype=np.float64)[nz]])
+        cols.append(c)
+        vals.append(v)
+        indptr.append(indptr[-1] + len(c))
+    R = sp.csr_matrix((np.concatenate(vals) if vals else np.zeros(0), np.concatenate(cols) if cols else np.zeros(0, np.int64),
+                       np.asarray(indptr)), shape=(len(indptr) - 1, n))
+    R.sort_indices()
+    return R
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,

@@ -48,6 +48,16 @@ bound gives.
 Either way one sparse-times-dense-block product serves a block of queries, blocks run
 in parallel threads, and nodes are renumbered by decreasing degree.
 
+The arithmetic on the block goes through an operator object with two implementations
+of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
+panels, prefetching, the fused Chebyshev step), fastest per step, and
+`ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
+numba. numba's start-up costs a process ~0.9 s, more than all PPR of a 100-question run
+on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
+NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
+once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
+larger graphs start compiled. The stopping rule below is the same for both.
+
 Stopping rule, with a bound rather than a heuristic: the y-space residual is
 rho = u + d A y - y = D^1/2 r, and since ||A||_1 <= 1 the error of y is at most
 ||rho||_1 / (1 - d). The answer is an iterate plus one power step (y + rho, which
@@ -106,9 +116,26 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndar
         raise ValueError(f"out must be a float64 array of shape {tuple(shape)}, got {got}")
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be C-contiguous and writeable")
-    if np.may_share_memory(out, resets):
+    if np.may_share_memory(out, resets.data if sp.issparse(resets) else resets):
         raise ValueError("out must not overlap the reset vectors")
     return out
+
+
+def sparse_resets(resets) -> sp.csr_matrix:
+    """Resets given as a scipy sparse matrix, as canonical float64 CSR (sorted indices;
+    duplicate entries add up, as they do when scipy densifies the matrix)."""
+    R = sp.csr_matrix(resets, dtype=np.float64)
+    R.sum_duplicates()  # also sorts
+    return R
+
+
+def sparse_clean_sums(R: sp.csr_matrix, mask: np.ndarray | None = None) -> np.ndarray:
+    """Each row's sum once cleaned (NaN/negative -> 0), over the columns in `mask` if given."""
+    v = clean_reset(R.data)
+    if mask is not None:
+        v = np.where(mask[R.indices], v, 0.0)
+    rows = np.repeat(np.arange(R.shape[0]), np.diff(R.indptr))
+    return np.bincount(rows, weights=v, minlength=R.shape[0]).astype(np.float64)
 
 
 def column_range(columns: slice | None, n: int) -> tuple[int, int]:
@@ -142,7 +169,8 @@ class OutputBuffer:
 class PPRSolver(Protocol):
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
-        """resets: (q, n) reset vectors (not necessarily normalised); returns (q, n), or
+        """resets: (q, n) reset vectors (not necessarily normalised; a numpy array, or a
+        scipy sparse matrix, whose rows a query's few seeds fill far more cheaply); returns (q, n), or
         only the nodes `columns` (a slice with step 1: e.g. the passages, all a ranking
         needs), written into `out` when it is given (see `output_array`)."""
 
@@ -156,7 +184,7 @@ class PrpackSolver:
 
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
-        resets = np.atleast_2d(resets)
+        resets = sparse_resets(resets) if sp.issparse(resets) else np.atleast_2d(resets)
         n = self.graph.vcount()
         j0, j1 = column_range(columns, n)
         out = output_array(out, (resets.shape[0], j1 - j0), resets)
@@ -168,7 +196,7 @@ class PrpackSolver:
                 weights=self._weights,
                 # the reference hands igraph the numpy array itself (not a list);
                 # igraph's conversion of it is part of what one call costs
-                reset=clean_reset(reset),
+                reset=clean_reset(reset.toarray().ravel() if sp.issparse(reset) else reset),
                 implementation="prpack",
             )[j0:j1]
         return out
@@ -293,6 +321,26 @@ class _Operator:
         self.S = S
         self.panels = panels
         self.k = ppr_kernels
+        self.wide = self.data32 = None  # the mixed-precision solve's panels (`prepare_mixed`)
+
+    def prepare_mixed(self) -> None:
+        """The panels of the mixed-precision solve (`BatchedSolver._refine`), made once:
+        twice the rows of the float64 ones (`ppr_panels.widened`), as its float32 block
+        rows are half as wide, and S's values there in float32 too; its float64 residual
+        passes walk the same panels with the float64 values. ~25 MB at MuSiQue scale,
+        while the saved (memory-mapped) panels are then never touched by a query."""
+        if self.wide is None:
+            from hipporag2.retrieve.ppr_panels import widened
+
+            wide = widened(self.panels, 2)
+            self.data32 = wide.data.astype(np.float32)
+            self.wide = wide
+            for arr in (self.panels.indptr, self.panels.indices, self.panels.data):
+                release_mapped(arr)  # read once to widen them: out of our resident set again
+
+    # the solver runs its Chebyshev bulk in float32 on operators that say so (and have
+    # `prepare_mixed`, `chebyshev_step32`, `residual_in_place`, `scale_columns`, `add_scaled_columns`)
+    mixed_precision = True
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
         """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
@@ -307,6 +355,25 @@ class _Operator:
         p = self.panels
         self.k.chebyshev_step(p.indptr, p.indices, p.data, float(d), x, x_prev, b, weight, float(gamma), float(omega), r, l1)
 
+    def chebyshev_step32(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:
+        """`chebyshev_step` on float32 blocks with S's float32 values, in float32 arithmetic
+        (l1 is accumulated in float64)."""
+        p = self.wide
+        f = np.float32
+        self.k.chebyshev_step(p.indptr, p.indices, self.data32, f(d), x, x_prev, b, weight, f(gamma), f(omega), r, l1)
+
+    def residual_in_place(self, d, x, weight, r, l1) -> None:
+        """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
+        and its weighted L1 norms."""
+        p = self.wide
+        self.k.residual_in_place(p.indptr, p.indices, p.data, float(d), x, weight, r, l1)
+
+    def scale_columns(self, src, factor, dst) -> None:
+        self.k.scale_columns(src, factor, dst)
+
+    def add_scaled_columns(self, z, c, factor) -> None:
+        self.k.add_scaled_columns(z, c, factor)
+
     def clean_sums(self, R, sums) -> None:
         self.k.clean_sums(R, sums)
 
@@ -319,8 +386,43 @@ class _Operator:
     def add_components(self, z, component, value, coef) -> None:
         self.k.add_components(z, component, value, coef)
 
+    def gather_resets_csr(self, indptr, indices, data, pos, scale, sqrt_deg, b) -> None:
+        self.k.gather_resets_csr(indptr, indices, data, pos, scale, sqrt_deg, b)
+
+    def scatter_answers_csr(self, z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0) -> None:
+        self.k.scatter_answers_csr(z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0)
+
     def weighted_l1(self, x, weight, out) -> None:
         self.k.weighted_l1(x, weight, out)
+
+
+# S's nonzeros below which `BatchedSolver` starts on numpy (`ppr_numpy.TieredOperator`),
+# and the queries x nonzeros after which it moves to the compiled loops: see `choose_operator`
+NUMPY_OPERATOR_MAX_NNZ = 500_000
+TIERED_BUDGET = 6e7
+OPERATORS = ("numpy", "compiled")
+
+
+def choose_operator(nnz: int, operator: str | None = None) -> str:
+    """Which block operator a solver over S with `nnz` nonzeros uses: `operator` when
+    given ("numpy": `ppr_numpy.NumpyOperator` only, "compiled": `_Operator` only), else
+    "tiered" (numpy first, compiled once it pays, `ppr_numpy.TieredOperator`) below
+    NUMPY_OPERATOR_MAX_NNZ nonzeros and "compiled" from there on.
+
+    The compiled loops are faster per step (panels, prefetching, the fused step), but a
+    process pays numba's start-up once: ~0.9 s on the quiet 2-core machine (importing it,
+    then loading the first kernel from its disk cache), more than the whole PPR of the
+    shared MuSiQue set's 100 questions. Measured there (86k nonzeros, results/perf/README.md,
+    issue 15): numpy costs ~1.2 ms more CPU per query, i.e. ~1.4e-8 s per query and
+    nonzero, so the start-up equals ~6e7 queries x nonzeros of numpy's extra work
+    (TIERED_BUDGET: ~700 queries on that graph), and already ~120 queries' worth on a
+    graph of 500k nonzeros, where a run starts compiled.
+    """
+    if operator is None:
+        return "tiered" if nnz < NUMPY_OPERATOR_MAX_NNZ else "compiled"
+    if operator not in OPERATORS:
+        raise ValueError(f"operator must be one of {OPERATORS} or None (automatic), got {operator!r}")
+    return operator
 
 
 def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
@@ -397,6 +499,16 @@ def ppr_residual_limit(tol: float, d: float, u_dangling):
     return tol * (1.0 - d) * ppr_mass(d, u_dangling) / d
 
 
+# mixed-precision refinement (`BatchedSolver._refine`): a float32 round aims no lower than
+# F32_REACH of its right-hand side (float32 carries ~6e-8); a round must cut the float64
+# residual by REFINE_GAIN or the float64 path finishes; at most REFINE_ROUNDS rounds
+F32_REACH = 1e-6
+REFINE_GAIN = 0.25
+REFINE_ROUNDS = 6
+# a float32 round whose residual grows this much over its right-hand side has diverged
+DIVERGED = 1e3
+
+
 def chebyshev_steps(sigma: float, reduction: float) -> int:
     """Fewest Chebyshev steps whose bound 1 / T_k(1 / sigma) reduces a residual `reduction`-fold.
 
@@ -410,6 +522,33 @@ def chebyshev_steps(sigma: float, reduction: float) -> int:
     return int(np.ceil(np.arccosh(reduction) / np.arccosh(1.0 / sigma)))
 
 
+def release_mapped(arr: np.ndarray) -> bool:
+    """`mapped_pages.release_rows` for all of an array that views a memory mapping (as a
+    loaded preparation's arrays do: `np.asarray` of an `np.memmap`); False if it does not."""
+    from hipporag2.mapped_pages import release_rows
+
+    base = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    if base is None or base.size != arr.size:
+        return False
+    return release_rows(base, 0, len(base))
+
+
+def _anonymous_float64(size: int) -> np.ndarray:
+    """A float64 array in a mapping of its own, handed back to the system when dropped.
+
+    np.empty would take these ~25 MB blocks from the C allocator's heap (its mmap
+    threshold rises after the first large free), which keeps freed memory for reuse, so
+    `BatchedSolver.release_workspaces` would not lower the process's memory at all.
+    """
+    import mmap
+
+    if size == 0:
+        return np.empty(0)
+    return np.frombuffer(mmap.mmap(-1, size * 8), dtype=np.float64)
+
+
 class _Workspace:
     """The arrays one block of up to `width` queries needs.
 
@@ -419,14 +558,28 @@ class _Workspace:
     a call) uses the front of the same memory.
     """
 
-    def __init__(self, n_active: int, width: int):
+    def __init__(self, n_active: int, width: int, n_arrays: int = 4):
         self.n_active = n_active
-        self._active = [np.empty(n_active * width) for _ in range(4)]
+        self.n_arrays = n_arrays
+        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays)]
 
     def fit(self, m: int) -> "_Workspace":
-        """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats."""
-        self.b, self.x, self.x_prev, self.r = (a[: self.n_active * m].reshape(self.n_active, m) for a in self._active)
+        """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats; with
+        three arrays (the mixed-precision layout, `BatchedSolver._refine`) x and b only."""
+        self.m = m
+        views = [a[: self.n_active * m].reshape(self.n_active, m) for a in self._active]
+        if self.n_arrays == 3:
+            self.x, self.b = views[:2]
+            self.x_prev = self.r = None
+        else:
+            self.b, self.x, self.x_prev, self.r = views
         return self
+
+    def halves(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two float32 (n_active, m) arrays in the memory of float64 array j."""
+        f = self._active[j].view(np.float32)
+        size, half = self.n_active * self.m, f.size // 2
+        return f[:size].reshape(self.n_active, self.m), f[half : half + size].reshape(self.n_active, self.m)
 
 
 class BatchedSolver:
@@ -437,8 +590,9 @@ class BatchedSolver:
     costs about 14 sparse-times-dense-block products per block of `block_size`
     queries at d = 0.5. Nodes are renumbered by decreasing degree so that the rows most
     often gathered in those products (the hubs) sit together and stay in cache. The
-    solver keeps one set of block arrays per thread between calls (4 x nodes x
-    block_size floats each, ~100 MB on the MuSiQue-sized graph).
+    solver keeps one set of block arrays per thread between calls (3 x nodes x
+    block_size float64s each in the mixed-precision layout, ~75 MB on the MuSiQue-sized
+    graph; 4 in the float64 one) until `release_workspaces`.
     """
 
     def __init__(
@@ -448,18 +602,22 @@ class BatchedSolver:
         tol: float = 1e-11,
         n_threads: int | None = None,
         max_iter: int = 10_000,
+        mixed_precision: bool = True,
+        operator: str | None = None,
     ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
         src, dst, w = _edge_arrays(graph)
-        self._setup(prepare_graph(graph.vcount(), src, dst, w, block_size), block_size, tol, n_threads, max_iter)
+        self._setup(prepare_graph(graph.vcount(), src, dst, w, block_size), block_size, tol, n_threads, max_iter,
+                    mixed_precision, operator)
 
     @classmethod
     def from_prepared(cls, prepared: "PreparedGraph", tol: float = 1e-11, n_threads: int | None = None,
-                      max_iter: int = 10_000) -> "BatchedSolver":
+                      max_iter: int = 10_000, mixed_precision: bool = True,
+                      operator: str | None = None) -> "BatchedSolver":
         """A solver over a graph prepared before (`prepare_graph`, perhaps loaded from disk:
         `graph.prepared`), so opening an index costs a load, not the preparation."""
         self = cls.__new__(cls)
-        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter)
+        self._setup(prepared, prepared.block_size, tol, n_threads, max_iter, mixed_precision, operator)
         return self
 
     @classmethod
@@ -475,7 +633,8 @@ class BatchedSolver:
         prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
         return cls.from_prepared(prep, **kw)
 
-    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter) -> None:
+    def _setup(self, prep: "PreparedGraph", block_size, tol, n_threads, max_iter, mixed_precision=True,
+               operator=None) -> None:
         self.prepared = prep
         self.n = prep.n
         self.block_size = max(1, int(block_size))
@@ -487,7 +646,15 @@ class BatchedSolver:
         self.dangling = prep.dangling
         self.active = prep.active
         self.sqrt_deg = prep.sqrt_deg
-        self.op = _Operator(prep.S, prep.panels)
+        self.operator = choose_operator(prep.S.nnz, operator)
+        if self.operator == "compiled":
+            self.op = _Operator(prep.S, prep.panels)
+        else:  # small graphs: no numba start-up, or not before it pays (`ppr_numpy`)
+            from hipporag2.retrieve import ppr_numpy
+
+            self.op = (ppr_numpy.NumpyOperator(prep.S, prep.pos) if self.operator == "numpy"
+                       else ppr_numpy.TieredOperator(prep.S, prep.pos, prep.panels, TIERED_BUDGET))
+            self.block_size = min(self.block_size, ppr_numpy.BLOCK_SIZE)  # its passes want a block in cache
         self.components = prep.components()
         # V @ beta as a gather (V has one nonzero per row): far cheaper than sparse @ dense
         self._comp_of = prep.comp_of
@@ -495,6 +662,17 @@ class BatchedSolver:
         self._interval = prep.interval  # S's spectrum without its 1s; None: found on first need
         self._spare: list[_Workspace] = []  # full-size block workspaces, one per thread at most
         self._spare_lock = threading.Lock()
+        # float32 Chebyshev bulk + float64 acceptance (`_refine`), where the operator has it
+        # (its `mixed_precision` attribute); an operator without it gets the float64 path
+        self.mixed_precision = bool(mixed_precision)
+
+    def release_workspaces(self) -> None:
+        """Hand the block arrays kept between calls back to the allocator. A caller that
+        does other memory-hungry work between solves (the retriever's fact scores of
+        the next block) calls this so both are not resident at once; refilling fresh
+        pages costs ~0.15 ms per MB here once the process has touched that much memory."""
+        with self._spare_lock:
+            self._spare.clear()
 
     # ---- input checks, shared with the reference's behaviour ---------------------------
     def _checked(self, resets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -504,11 +682,17 @@ class BatchedSolver:
         of all resets would be another q x n array (0.8 GB at 1000 x 100k), and even a
         block-sized one is fresh memory on every call.
         """
-        R = np.atleast_2d(np.asarray(resets, dtype=np.float64))
-        if R.ndim != 2 or R.shape[1] != self.n:
-            raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
-        sums = np.empty(R.shape[0])
-        self.op.clean_sums(R, sums)
+        if sp.issparse(resets):
+            R = sparse_resets(resets)
+            if R.shape[1] != self.n:
+                raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
+            sums = sparse_clean_sums(R)
+        else:
+            R = np.atleast_2d(np.asarray(resets, dtype=np.float64))
+            if R.ndim != 2 or R.shape[1] != self.n:
+                raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
+            sums = np.empty(R.shape[0])
+            self.op.clean_sums(R, sums)
         if not np.isfinite(sums).all():  # NaN is cleaned away, so only +inf gets here
             raise ValueError("reset vectors must be finite (igraph rejects infinite entries)")
         return R, sums
@@ -559,6 +743,8 @@ class BatchedSolver:
         scale = np.where(sums > 0, sums, 1.0)  # a zero row stays zero
         if q and len({d for d in ds if d > 0.0}) == 1 and self.n_active:
             self.interval()  # once, before the threads that need it start
+            if self._mixed():
+                self.op.prepare_mixed()
         starts = range(0, q, self.block_size)
         if self.n_threads > 1 and q > self.block_size:
             # the compiled loops, scipy's sparse kernels and numpy's large array ops release the GIL
@@ -571,8 +757,12 @@ class BatchedSolver:
 
     def _solve_block(self, R, out, start, ds, scale, normalise, j0) -> None:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
+        # the mixed-precision solve needs three block arrays (`_refine`), the float64 one four
+        n_arrays = 3 if self._mixed() else 4
         with self._spare_lock:
-            ws = self._spare.pop() if self._spare else _Workspace(self.n_active, self.block_size)
+            ws = self._spare.pop() if self._spare else None
+        if ws is None or ws.n_arrays != n_arrays:
+            ws = _Workspace(self.n_active, self.block_size, n_arrays)
         try:
             self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise, j0)
         finally:
@@ -580,30 +770,55 @@ class BatchedSolver:
                 self._spare.append(ws)
 
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise, j0) -> None:
-        R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
+        csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
+        if csr:
+            R = R[rows]  # CSR rows: a small copy
+        elif sp.issparse(R):  # an operator without the CSR passes: this block dense
+            R = R[rows].toarray()
+        else:
+            R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
         scale = scale[rows]
         ones = np.ones(len(scale))
         # each reset's share on nodes without edges: there y = u, and it sets PPR's total mass
-        u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale
+        if csr:
+            u_dangling = sparse_clean_sums(R, self.pos >= self.n_active) / scale
+        else:
+            u_dangling = np.fmax(R[:, self.dangling], 0.0).sum(axis=1) / scale
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         if walk and self.n_active:
             b = ws.b
-            self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, b)
+
+            def gather(out):  # the block's b = D^-1/2 u; again when the mixed path needs it
+                if csr:
+                    self.op.gather_resets_csr(R.indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, out)
+                else:
+                    self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, out)
+
+            gather(b)
             if len(walk) == 1:
                 d = walk[0]
                 limit = ppr_residual_limit(self.tol, d, u_dangling) if normalise else self._limit(d) * ones
-                zs = {d: self._chebyshev(b, d, ws, limit)}
+                zs = {d: self._chebyshev(b, d, ws, limit, gather)}
             else:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
-                np.divide(clean_reset(R[:, j0 : j0 + out.shape[2]]), scale[:, None], out=out[k, rows])
+                part = R[:, j0 : j0 + out.shape[2]]
+                np.divide(clean_reset(part.toarray() if csr else part), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]
-            elif normalise:  # divided by the exact total mass, not by the sum of the answer
-                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ppr_mass(d, u_dangling), ones, out[k, rows], j0)
+                continue
+            # PPR divided by the exact total mass, not by the sum of the answer; or y scaled back
+            divisor, factor = (ppr_mass(d, u_dangling), ones) if normalise else (ones, scale)
+            if csr:
+                self.op.scatter_answers_csr(zs[d], R.indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg,
+                                            divisor, factor, out[k, rows], j0)
             else:
-                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, ones, scale, out[k, rows], j0)
+                self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, divisor, factor, out[k, rows], j0)
+
+    def _mixed(self) -> bool:
+        """Whether single-damping solves run mixed precision: asked for, and the operator has it."""
+        return self.mixed_precision and getattr(self.op, "mixed_precision", False)
 
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
@@ -618,7 +833,7 @@ class BatchedSolver:
             self.prepared.interval = self._interval
         return self._interval
 
-    def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray) -> np.ndarray:
+    def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray, gather=None) -> np.ndarray:
         """z with (I - d S) z = b for one damping, by Chebyshev iteration.
 
         The part of b along each component's top eigenvector is solved exactly; on
@@ -631,7 +846,8 @@ class BatchedSolver:
         exactly, and the answer is that iterate plus r (the free power step). If the
         interval was wrong and the steps run out, CG takes over from the iterate.
         Column k is done once its ||D^1/2 r||_1 <= limit[k].
-        b is overwritten; the answer lives in one of ws's arrays.
+        b is overwritten; the answer lives in one of ws's arrays. `gather(out)` writes
+        b again (the mixed-precision path keeps no copy of it).
         """
         beta = self.components.T @ b
         self.op.add_components(b, self._comp_of, self._comp_val, -beta)
@@ -642,6 +858,13 @@ class BatchedSolver:
         x, x_prev, r = ws.x, ws.x_prev, ws.r
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
+        elif ws.n_arrays == 3:  # `_mixed`: the workspace was laid out for it
+
+            def make_b(out):  # this b again, without its component part
+                gather(out)
+                self.op.add_components(out, self._comp_of, self._comp_val, -beta)
+
+            x = self._refine(b, d, ws, limit, l1, gamma, sigma, make_b)
         else:
             # x0 = 0 makes the first step free: x1 = x0 + gamma r0 = gamma b
             np.multiply(b, gamma, out=x)
@@ -660,6 +883,92 @@ class BatchedSolver:
                 x = self._polish(x, b, d, limit)
         self.op.add_components(x, self._comp_of, self._comp_val, beta / (1.0 - d))
         return x
+
+    def _refine(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray, l1: np.ndarray,
+                gamma: float, sigma: float, make_b) -> np.ndarray:
+        """z with (I - d S) z = b (b without its component part) by mixed-precision
+        iterative refinement: the Chebyshev steps in float32, the answer and its
+        acceptance in float64.
+
+        A step's cost is its gathers of block rows; float32 rows move half the bytes
+        (a float32 step costs ~0.6 of a float64 one on the MuSiQue-sized graph). But a
+        float32 iteration stalls near float32's precision (~1e-7 of its right-hand
+        side), far above the 1e-11 we need, so it is run in rounds: solve M c = rho in
+        float32 for the current float64 residual rho (scaled per column by a power of
+        two, which is exact, so float32's range never matters), add c to the float64
+        answer z, and compute z's true residual rho = b - M z in float64 with S's
+        float64 values (`residual_in_place`: the same product the float64 path makes).
+        Each round gains ~1e-6, so two rounds usually reach the bound. z is accepted
+        exactly as in the float64 path, by that float64 residual: once
+        ||D^1/2 rho||_1 <= limit per column, the answer is z + rho (the power step).
+        The float32 part only proposes corrections; what it gets wrong shows up in rho
+        and is corrected by the next round. A round that does not cut the residual by
+        `REFINE_GAIN` (float32 stalled, or diverged on a wrong interval) hands z to
+        the float64 `_polish` (true residual, power step or CG on the remainder).
+
+        Memory: three block arrays instead of the float64 path's four: z in ws.x; b,
+        then rho, in ws.b, whose memory also holds a round's two float32 iterates once
+        rho is turned into the round's float32 right-hand side; that and the float32
+        product live in the third. b is not kept: `make_b(out)` writes it again from
+        the resets (a cheap pass) before each residual.
+        """
+        z, rho = ws.x, b
+        x32, xp32 = ws.halves(1)  # same memory as b / rho: used only between residuals
+        rhs32, r32 = ws.halves(2)
+        w = self.sqrt_deg
+        res_l1 = l1  # rho = b while z = 0
+        l1_new = np.empty_like(l1)
+        for round_ in range(REFINE_ROUNDS):
+            # a power of two near 1 / ||rho||_1 per column: exact scaling, float32 entries <= ~1
+            exp = np.frexp(np.where(res_l1 > 0, res_l1, 1.0))[1]
+            scale = np.ldexp(1.0, -exp)
+            self.op.scale_columns(rho, scale, rhs32)
+            # aim at the bound, but no lower than float32 can go
+            goal = np.maximum(limit, F32_REACH * res_l1) * scale
+            c = self._chebyshev32(rhs32, d, x32, xp32, r32, res_l1 * scale, goal, gamma, sigma)
+            if round_ == 0:
+                self.op.scale_columns(c, 1.0 / scale, z)
+            else:
+                self.op.add_scaled_columns(z, c, 1.0 / scale)
+            make_b(rho)  # c is in z now: its memory takes b, then the residual
+            self.op.residual_in_place(d, z, w, rho, l1_new)
+            if np.all(l1_new <= limit):
+                z += rho  # the power step
+                return z
+            stalled = ~(l1_new <= np.maximum(limit, REFINE_GAIN * res_l1))  # NaN counts as stalled
+            if stalled.any():
+                if not np.all(l1_new <= res_l1):  # the round made z worse (diverged): start over
+                    z.fill(0.0)
+                break  # finish in float64
+            # float32 rounding leaves bits along the components' eigenvectors, which the
+            # Chebyshev steps damp slowly (eigenvalue 1 - d lies outside their interval):
+            # solve that part in closed form again
+            beta = self.components.T @ rho
+            self.op.add_components(rho, self._comp_of, self._comp_val, -beta)
+            self.op.add_components(z, self._comp_of, self._comp_val, beta / (1.0 - d))
+            res_l1 = self._l1(rho)
+        full_b = np.empty_like(z)  # the float64 finish needs b itself (rare: a one-off array)
+        make_b(full_b)
+        return self._polish(z, full_b, d, limit)
+
+    def _chebyshev32(self, rhs, d, x, x_prev, r, rhs_l1, goal, gamma, sigma) -> np.ndarray:
+        """Chebyshev iteration from 0 for (I - d S) c = rhs in float32 until every
+        column's float32 residual is within `goal`; returns c in x or x_prev."""
+        np.multiply(rhs, np.float32(gamma), out=x)  # x1 = gamma rhs: the free first step
+        x_prev.fill(0.0)
+        omega = 1.0 / (1.0 - sigma * sigma / 2.0)
+        l1 = np.empty(rhs.shape[1])
+        steps = chebyshev_steps(sigma, float((rhs_l1 / goal).max()))
+        for _ in range(min(self.max_iter, 2 * steps + 10)):
+            self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
+            if np.all(l1 <= goal):
+                x += r  # the free power step, in float32
+                return x
+            if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
+                return x
+            x, x_prev = x_prev, x
+            omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
+        return x  # out of steps: the float64 residual will tell
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:
         """Check the bound with the true residual; one free power step, or restart CG.
