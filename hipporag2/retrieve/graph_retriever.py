@@ -29,6 +29,7 @@ from hipporag2.data.loaders import Query
 from hipporag2.embed.store import EmbeddingStore
 from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
+from hipporag2.mapped_pages import release_rows
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
@@ -49,7 +50,28 @@ QueryNER = Callable[[Sequence[str]], List[List[str]]]
 def dense_scores(store: EmbeddingStore, passage_emb: np.ndarray, questions: Sequence[str], progress: bool) -> np.ndarray:
     """Min-max normalised query x passage dot products (float32, like the reference)."""
     q = store.embed(list(questions), instruction=ins.QUERY_TO_PASSAGE, desc="embed queries (passage)", progress=progress)
-    return min_max_rows(q @ np.asarray(passage_emb).T)
+    scores = min_max_rows(q @ np.asarray(passage_emb).T)
+    # a mapped index's passage rows leave our resident set again (18 MB at MuSiQue scale,
+    # read back as minor faults by the next block): they need not sit beside the PPR arrays
+    release_rows(passage_emb, 0, len(passage_emb))
+    return scores
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the system (glibc's malloc_trim; elsewhere
+    nothing). Linking leaves ~35 MB of freed temporaries below the allocator's mmap
+    threshold (score normalisations, candidate lists) that the heap keeps for reuse; the
+    PPR arrays that come next are mapped afresh, so without this both count at the peak."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        trim = None
+    if trim is not None:
+        trim(0)
 
 
 class GraphRetriever:
@@ -227,6 +249,7 @@ class GraphRetriever:
         soon as it is there, so memory is a piece, not the block."""
         cfg, idx = self.cfg, self.index
         n_phr, n = idx.n_phrases, idx.n_phrases + idx.n_passages
+        trim_heap()  # before the solver's arrays: the peak is theirs, not theirs plus linking's leftovers
         rows, pseeds = [], {}
         for r, (seeds, _) in enumerate(links):
             if not seeds:

@@ -134,13 +134,31 @@ def sparse_resets(resets) -> sp.csr_matrix:
     return R
 
 
-def sparse_clean_sums(R: sp.csr_matrix, mask: np.ndarray | None = None) -> np.ndarray:
-    """Each row's sum once cleaned (NaN/negative -> 0), over the columns in `mask` if given."""
-    v = clean_reset(R.data)
+def sparse_clean_sums(R, mask: np.ndarray | None = None) -> np.ndarray:
+    """Each row's sum once cleaned (NaN/negative -> 0), over the columns in `mask` if given.
+    R: CSR, or `CsrRows` (whose indptr may start past 0)."""
+    a, b = int(R.indptr[0]), int(R.indptr[-1])
+    v = clean_reset(R.data[a:b])
     if mask is not None:
-        v = np.where(mask[R.indices], v, 0.0)
-    rows = np.repeat(np.arange(R.shape[0]), np.diff(R.indptr))
-    return np.bincount(rows, weights=v, minlength=R.shape[0]).astype(np.float64)
+        v = np.where(mask[R.indices[a:b]], v, 0.0)
+    m = len(R.indptr) - 1
+    rows = np.repeat(np.arange(m), np.diff(R.indptr))
+    return np.bincount(rows, weights=v, minlength=m).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class CsrRows:
+    """Rows start..stop of a CSR matrix without copying them: `indptr` is the slice of the
+    matrix's (absolute offsets into the shared `indices` and `data`), as the CSR kernels
+    read it. A block's rows are read by its thread only."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @classmethod
+    def of(cls, R: sp.csr_matrix, rows: slice) -> "CsrRows":
+        return cls(R.indptr[rows.start : rows.stop + 1], R.indices, R.data)
 
 
 def column_range(columns: slice | None, n: int) -> tuple[int, int]:
@@ -776,8 +794,9 @@ class BatchedSolver:
 
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise, j0) -> None:
         csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
+        full = R
         if csr:
-            R = R[rows]  # CSR rows: a small copy
+            R = CsrRows.of(R, rows)
         elif sp.issparse(R):  # an operator without the CSR passes: this block dense
             R = R[rows].toarray()
         else:
@@ -808,8 +827,9 @@ class BatchedSolver:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
-                part = R[:, j0 : j0 + out.shape[2]]
-                np.divide(clean_reset(part.toarray() if csr else part), scale[:, None], out=out[k, rows])
+                cut = slice(j0, j0 + out.shape[2])
+                part = full[rows][:, cut].toarray() if csr else R[:, cut]
+                np.divide(clean_reset(part), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]
                 continue
