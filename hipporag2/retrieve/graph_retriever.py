@@ -289,20 +289,26 @@ def reset_rows(phrase_seeds: Sequence[Sequence[Tuple[int, float]]], passage_seed
     (a phrase seeded twice keeps its last weight), without the dense (queries x nodes)
     array: at MuSiQue scale a reset has ~5 phrase and ~12k passage entries of 97k
     nodes, so a piece of 64 is ~9 MB instead of 50 MB to zero, fill and read."""
-    cols, vals, indptr = [], [], [0]
+    index = np.int32 if n < 2**31 else np.int64  # what scipy would pick: no conversion copy
+    rows = []
     for seeds, ps in zip(phrase_seeds, passage_seeds):
         last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
-        c = np.fromiter(last.keys(), dtype=np.int64, count=len(last))
-        v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
-        if ps is not None:
-            nz = np.flatnonzero(ps)  # zeros add nothing to a reset; NaN stays (cleaned later)
-            c, v = np.concatenate([c, nz + n_phrases]), np.concatenate([v, np.asarray(ps, dtype=np.float64)[nz]])
-        cols.append(c)
-        vals.append(v)
-        indptr.append(indptr[-1] + len(c))
-    R = sp.csr_matrix((np.concatenate(vals) if vals else np.zeros(0), np.concatenate(cols) if cols else np.zeros(0, np.int64),
-                       np.asarray(indptr)), shape=(len(indptr) - 1, n))
-    R.sort_indices()
+        keys = sorted(last)  # phrases come before passages: each row is sorted
+        c = np.array(keys, dtype=index)
+        v = np.array([last[j] for j in keys], dtype=np.float64)
+        nz = np.flatnonzero(ps) if ps is not None else np.zeros(0, dtype=np.int64)  # zeros add nothing; NaN stays
+        rows.append((c, v, ps, nz))
+    indptr = np.zeros(len(rows) + 1, dtype=index)
+    np.cumsum([len(c) + len(nz) for c, _, _, nz in rows], out=indptr[1:])
+    cols, vals = np.empty(int(indptr[-1]), dtype=index), np.empty(int(indptr[-1]))
+    for (c, v, ps, nz), a in zip(rows, indptr[:-1]):  # filled in place: no per-row copies to join
+        cols[a : a + len(c)], vals[a : a + len(c)] = c, v
+        if len(nz):
+            b = a + len(c)
+            cols[b : b + len(nz)] = nz + n_phrases
+            vals[b : b + len(nz)] = np.asarray(ps)[nz]
+    R = sp.csr_matrix((vals, cols, indptr), shape=(len(rows), n))
+    R.sort_indices()  # already sorted: only checked
     return R
 
 

@@ -141,9 +141,12 @@ def sparse_clean_sums(R, mask: np.ndarray | None = None) -> np.ndarray:
     v = clean_reset(R.data[a:b])
     if mask is not None:
         v = np.where(mask[R.indices[a:b]], v, 0.0)
-    m = len(R.indptr) - 1
-    rows = np.repeat(np.arange(m), np.diff(R.indptr))
-    return np.bincount(rows, weights=v, minlength=m).astype(np.float64)
+    ptr = np.asarray(R.indptr, dtype=np.int64) - a
+    sums = np.zeros(len(ptr) - 1)
+    full = ptr[1:] > ptr[:-1]  # reduceat would give an empty row its next entry
+    if full.any():
+        sums[full] = np.add.reduceat(v, ptr[:-1][full])
+    return sums
 
 
 @dataclass(frozen=True)
