@@ -84,9 +84,9 @@ def test_mixed_precision_within_the_bound(shape, d):
     sub = slice(0, None, 8)
     ref = prpack(g, R[sub], d)
     mixed = BatchedSolver(g, operator="compiled", n_threads=2)
-    calls = counted(mixed, "chebyshev_step32", "true_residual")
+    calls = counted(mixed, "chebyshev_step32", "residual_in_place")
     got = mixed.solve(R, d)
-    assert calls["chebyshev_step32"] > 0 and calls["true_residual"] > 0, "the float32 path did not run"
+    assert calls["chebyshev_step32"] > 0 and calls["residual_in_place"] > 0, "the float32 path did not run"
     f64 = BatchedSolver(g, operator="compiled", n_threads=2, mixed_precision=False).solve(R, d)
     # both within TOL of the exact answer, so within 2 TOL of each other
     assert np.abs(got - f64).sum(axis=1).max() <= 2 * TOL
@@ -126,9 +126,9 @@ def test_more_rounds_when_float32_reaches_less(monkeypatch):
     R = resets(g.vcount(), 8, seed=5)
     monkeypatch.setattr(ppr, "F32_REACH", 1e-3)
     solver = BatchedSolver(g, operator="compiled", n_threads=1)
-    calls = counted(solver, "true_residual")
+    calls = counted(solver, "residual_in_place")
     got = solver.solve(R, 0.5)
-    assert calls["true_residual"] >= 3
+    assert calls["residual_in_place"] >= 3
     want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, 0.5)
     assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
 
@@ -214,3 +214,19 @@ def test_retriever_reset_rows_are_reset_vectors():
         if passage[i] is None:
             want = np.r_[want, np.zeros(n_pass)]
         np.testing.assert_array_equal(R[i].toarray().ravel(), want)
+
+
+@pytest.mark.parametrize("rows", [300, 700, 1024, 5000])
+def test_widened_panels_are_panels_of_more_rows(rows):
+    """`widened(panels, 2)` is exactly `Panels.build` with twice the rows (what the
+    float32 steps walk), made from the saved panels without S."""
+    import scipy.sparse as sp
+
+    from hipporag2.retrieve.ppr_panels import Panels, widened
+
+    A = sp.random(3000, 3000, density=0.004, random_state=rows, format="csr")
+    S = sp.csr_matrix(A + A.T)
+    S.sort_indices()
+    got, want = widened(Panels.build(S, rows), 2), Panels.build(S, 2 * rows)
+    for a, b in ((got.indptr, want.indptr), (got.indices, want.indices), (got.data, want.data)):
+        np.testing.assert_array_equal(a, b)

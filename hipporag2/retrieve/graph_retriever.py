@@ -252,6 +252,11 @@ class GraphRetriever:
                 vec = ppr[i]
                 scores = vec if self.with_passage_nodes else self.passage_scores(vec)
                 out[r] = query_result(block[r].id, links[r], idx, scores, dense[r], cfg.retrieval_top_k)
+        # the solver's block arrays (~150 MB at MuSiQue scale) need not stay resident
+        # through the next block's fact scores: peak memory is the larger of the two, not the sum
+        release = getattr(self.solver, "release_workspaces", None)
+        if release is not None:
+            release()
         return out
 
 

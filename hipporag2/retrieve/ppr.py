@@ -321,12 +321,25 @@ class _Operator:
         self.S = S
         self.panels = panels
         self.k = ppr_kernels
-        # S's values in float32 for the bulk of the mixed-precision solve (`BatchedSolver._refine`):
-        # 4 bytes a nonzero more; the acceptance check keeps the float64 values
-        self.data32 = np.ascontiguousarray(panels.data, dtype=np.float32)
+        self.wide = self.data32 = None  # the mixed-precision solve's panels (`prepare_mixed`)
+
+    def prepare_mixed(self) -> None:
+        """The panels of the mixed-precision solve (`BatchedSolver._refine`), made once:
+        twice the rows of the float64 ones (`ppr_panels.widened`), as its float32 block
+        rows are half as wide, and S's values there in float32 too; its float64 residual
+        passes walk the same panels with the float64 values. ~25 MB at MuSiQue scale,
+        while the saved (memory-mapped) panels are then never touched by a query."""
+        if self.wide is None:
+            from hipporag2.retrieve.ppr_panels import widened
+
+            wide = widened(self.panels, 2)
+            self.data32 = wide.data.astype(np.float32)
+            self.wide = wide
+            for arr in (self.panels.indptr, self.panels.indices, self.panels.data):
+                release_mapped(arr)  # read once to widen them: out of our resident set again
 
     # the solver runs its Chebyshev bulk in float32 on operators that say so (and have
-    # `chebyshev_step32`, `true_residual`, `scale_columns`, `add_scaled_columns`)
+    # `prepare_mixed`, `chebyshev_step32`, `residual_in_place`, `scale_columns`, `add_scaled_columns`)
     mixed_precision = True
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
@@ -345,14 +358,15 @@ class _Operator:
     def chebyshev_step32(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:
         """`chebyshev_step` on float32 blocks with S's float32 values, in float32 arithmetic
         (l1 is accumulated in float64)."""
-        p = self.panels
+        p = self.wide
         f = np.float32
         self.k.chebyshev_step(p.indptr, p.indices, self.data32, f(d), x, x_prev, b, weight, f(gamma), f(omega), r, l1)
 
-    def true_residual(self, d, x, b, weight, r, l1) -> None:
-        """r = b - (x - d S x) in float64 with S's float64 values, and its weighted L1 norms."""
-        p = self.panels
-        self.k.true_residual(p.indptr, p.indices, p.data, float(d), x, b, weight, r, l1)
+    def residual_in_place(self, d, x, weight, r, l1) -> None:
+        """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
+        and its weighted L1 norms."""
+        p = self.wide
+        self.k.residual_in_place(p.indptr, p.indices, p.data, float(d), x, weight, r, l1)
 
     def scale_columns(self, src, factor, dst) -> None:
         self.k.scale_columns(src, factor, dst)
@@ -509,6 +523,33 @@ def chebyshev_steps(sigma: float, reduction: float) -> int:
     return int(np.ceil(np.arccosh(reduction) / np.arccosh(1.0 / sigma)))
 
 
+def release_mapped(arr: np.ndarray) -> bool:
+    """`mapped_pages.release_rows` for all of an array that views a memory mapping (as a
+    loaded preparation's arrays do: `np.asarray` of an `np.memmap`); False if it does not."""
+    from hipporag2.mapped_pages import release_rows
+
+    base = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    if base is None or base.size != arr.size:
+        return False
+    return release_rows(base, 0, len(base))
+
+
+def _anonymous_float64(size: int) -> np.ndarray:
+    """A float64 array in a mapping of its own, handed back to the system when dropped.
+
+    np.empty would take these ~25 MB blocks from the C allocator's heap (its mmap
+    threshold rises after the first large free), which keeps freed memory for reuse, so
+    `BatchedSolver.release_workspaces` would not lower the process's memory at all.
+    """
+    import mmap
+
+    if size == 0:
+        return np.empty(0)
+    return np.frombuffer(mmap.mmap(-1, size * 8), dtype=np.float64)
+
+
 class _Workspace:
     """The arrays one block of up to `width` queries needs.
 
@@ -518,19 +559,25 @@ class _Workspace:
     a call) uses the front of the same memory.
     """
 
-    def __init__(self, n_active: int, width: int):
+    def __init__(self, n_active: int, width: int, n_arrays: int = 4):
         self.n_active = n_active
-        self._active = [np.empty(n_active * width) for _ in range(4)]
+        self.n_arrays = n_arrays
+        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays)]
 
     def fit(self, m: int) -> "_Workspace":
-        """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats."""
+        """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats; with
+        three arrays (the mixed-precision layout, `BatchedSolver._refine`) x and b only."""
         self.m = m
-        self.b, self.x, self.x_prev, self.r = (a[: self.n_active * m].reshape(self.n_active, m) for a in self._active)
+        views = [a[: self.n_active * m].reshape(self.n_active, m) for a in self._active]
+        if self.n_arrays == 3:
+            self.x, self.b = views[:2]
+            self.x_prev = self.r = None
+        else:
+            self.b, self.x, self.x_prev, self.r = views
         return self
 
     def halves(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """Two float32 (n_active, m) arrays in the memory of float64 array j (2: x_prev, 3: r),
-        so the mixed-precision solve needs no memory beyond the float64 one's."""
+        """Two float32 (n_active, m) arrays in the memory of float64 array j."""
         f = self._active[j].view(np.float32)
         size, half = self.n_active * self.m, f.size // 2
         return f[:size].reshape(self.n_active, self.m), f[half : half + size].reshape(self.n_active, self.m)
@@ -544,8 +591,9 @@ class BatchedSolver:
     costs about 14 sparse-times-dense-block products per block of `block_size`
     queries at d = 0.5. Nodes are renumbered by decreasing degree so that the rows most
     often gathered in those products (the hubs) sit together and stay in cache. The
-    solver keeps one set of block arrays per thread between calls (4 x nodes x
-    block_size floats each, ~100 MB on the MuSiQue-sized graph).
+    solver keeps one set of block arrays per thread between calls (3 x nodes x
+    block_size float64s each in the mixed-precision layout, ~75 MB on the MuSiQue-sized
+    graph; 4 in the float64 one) until `release_workspaces`.
     """
 
     def __init__(
@@ -619,6 +667,14 @@ class BatchedSolver:
         # (its `mixed_precision` attribute); an operator without it gets the float64 path
         self.mixed_precision = bool(mixed_precision)
 
+    def release_workspaces(self) -> None:
+        """Hand the block arrays kept between calls back to the allocator. A caller that
+        does other memory-hungry work between solves (the retriever's fact scores of
+        the next block) calls this so both are not resident at once; refilling fresh
+        pages costs ~0.15 ms per MB here once the process has touched that much memory."""
+        with self._spare_lock:
+            self._spare.clear()
+
     # ---- input checks, shared with the reference's behaviour ---------------------------
     def _checked(self, resets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The resets as a float array and their sums once cleaned (NaN/negative -> 0).
@@ -688,6 +744,8 @@ class BatchedSolver:
         scale = np.where(sums > 0, sums, 1.0)  # a zero row stays zero
         if q and len({d for d in ds if d > 0.0}) == 1 and self.n_active:
             self.interval()  # once, before the threads that need it start
+            if self._mixed():
+                self.op.prepare_mixed()
         starts = range(0, q, self.block_size)
         if self.n_threads > 1 and q > self.block_size:
             # the compiled loops, scipy's sparse kernels and numpy's large array ops release the GIL
@@ -700,8 +758,12 @@ class BatchedSolver:
 
     def _solve_block(self, R, out, start, ds, scale, normalise, j0) -> None:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
+        # the mixed-precision solve needs three block arrays (`_refine`), the float64 one four
+        n_arrays = 3 if self._mixed() else 4
         with self._spare_lock:
-            ws = self._spare.pop() if self._spare else _Workspace(self.n_active, self.block_size)
+            ws = self._spare.pop() if self._spare else None
+        if ws is None or ws.n_arrays != n_arrays:
+            ws = _Workspace(self.n_active, self.block_size, n_arrays)
         try:
             self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise, j0)
         finally:
@@ -726,14 +788,18 @@ class BatchedSolver:
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         if walk and self.n_active:
             b = ws.b
-            if csr:
-                self.op.gather_resets_csr(R.indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, b)
-            else:
-                self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, b)
+
+            def gather(out):  # the block's b = D^-1/2 u; again when the mixed path needs it
+                if csr:
+                    self.op.gather_resets_csr(R.indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, out)
+                else:
+                    self.op.gather_resets(R, self.pos, scale, self.sqrt_deg, out)
+
+            gather(b)
             if len(walk) == 1:
                 d = walk[0]
                 limit = ppr_residual_limit(self.tol, d, u_dangling) if normalise else self._limit(d) * ones
-                zs = {d: self._chebyshev(b, d, ws, limit)}
+                zs = {d: self._chebyshev(b, d, ws, limit, gather)}
             else:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
@@ -751,6 +817,10 @@ class BatchedSolver:
             else:
                 self.op.scatter_answers(zs[d], R, self.pos, scale, self.sqrt_deg, divisor, factor, out[k, rows], j0)
 
+    def _mixed(self) -> bool:
+        """Whether single-damping solves run mixed precision: asked for, and the operator has it."""
+        return self.mixed_precision and getattr(self.op, "mixed_precision", False)
+
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
         `solve_unnormalised`: y within tol / 2 of the exact y, relative to the reset's
@@ -764,7 +834,7 @@ class BatchedSolver:
             self.prepared.interval = self._interval
         return self._interval
 
-    def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray) -> np.ndarray:
+    def _chebyshev(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray, gather=None) -> np.ndarray:
         """z with (I - d S) z = b for one damping, by Chebyshev iteration.
 
         The part of b along each component's top eigenvector is solved exactly; on
@@ -777,7 +847,8 @@ class BatchedSolver:
         exactly, and the answer is that iterate plus r (the free power step). If the
         interval was wrong and the steps run out, CG takes over from the iterate.
         Column k is done once its ||D^1/2 r||_1 <= limit[k].
-        b is overwritten; the answer lives in one of ws's arrays.
+        b is overwritten; the answer lives in one of ws's arrays. `gather(out)` writes
+        b again (the mixed-precision path keeps no copy of it).
         """
         beta = self.components.T @ b
         self.op.add_components(b, self._comp_of, self._comp_val, -beta)
@@ -788,8 +859,13 @@ class BatchedSolver:
         x, x_prev, r = ws.x, ws.x_prev, ws.r
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
-        elif self.mixed_precision and getattr(self.op, "mixed_precision", False):
-            x = self._refine(b, d, ws, limit, l1, gamma, sigma)
+        elif ws.n_arrays == 3:  # `_mixed`: the workspace was laid out for it
+
+            def make_b(out):  # this b again, without its component part
+                gather(out)
+                self.op.add_components(out, self._comp_of, self._comp_val, -beta)
+
+            x = self._refine(b, d, ws, limit, l1, gamma, sigma, make_b)
         else:
             # x0 = 0 makes the first step free: x1 = x0 + gamma r0 = gamma b
             np.multiply(b, gamma, out=x)
@@ -810,7 +886,7 @@ class BatchedSolver:
         return x
 
     def _refine(self, b: np.ndarray, d: float, ws: _Workspace, limit: np.ndarray, l1: np.ndarray,
-                gamma: float, sigma: float) -> np.ndarray:
+                gamma: float, sigma: float, make_b) -> np.ndarray:
         """z with (I - d S) z = b (b without its component part) by mixed-precision
         iterative refinement: the Chebyshev steps in float32, the answer and its
         acceptance in float64.
@@ -818,35 +894,36 @@ class BatchedSolver:
         A step's cost is its gathers of block rows; float32 rows move half the bytes
         (a float32 step costs ~0.6 of a float64 one on the MuSiQue-sized graph). But a
         float32 iteration stalls near float32's precision (~1e-7 of its right-hand
-        side), far above the 1e-11 we need, so it is run several times: solve M c = rho
-        in float32 for the current float64 residual rho (scaled per column by a power of
+        side), far above the 1e-11 we need, so it is run in rounds: solve M c = rho in
+        float32 for the current float64 residual rho (scaled per column by a power of
         two, which is exact, so float32's range never matters), add c to the float64
         answer z, and compute z's true residual rho = b - M z in float64 with S's
-        float64 values (`true_residual`: the same product the float64 path makes). Each
-        round gains ~1e-6, so two rounds usually reach the bound. z is accepted exactly
-        as in the float64 path, by that float64 residual: once ||D^1/2 rho||_1 <= limit
-        per column, the answer is z + rho (the power step). The float32 part only
-        proposes corrections; what it gets wrong shows up in rho and is corrected by
-        the next round. A round that does not cut the residual by `REFINE_GAIN`
-        (float32 stalled, e.g. a spectrum too wide for its steps) hands z to the
-        float64 `_polish` (true residual, power step or CG on the remainder).
+        float64 values (`residual_in_place`: the same product the float64 path makes).
+        Each round gains ~1e-6, so two rounds usually reach the bound. z is accepted
+        exactly as in the float64 path, by that float64 residual: once
+        ||D^1/2 rho||_1 <= limit per column, the answer is z + rho (the power step).
+        The float32 part only proposes corrections; what it gets wrong shows up in rho
+        and is corrected by the next round. A round that does not cut the residual by
+        `REFINE_GAIN` (float32 stalled, or diverged on a wrong interval) hands z to
+        the float64 `_polish` (true residual, power step or CG on the remainder).
 
-        Memory: the float64 z, b and rho take ws.x, ws.b and ws.x_prev; the four
-        float32 blocks of a round live in the memory of ws.x_prev and ws.r (rho is
-        turned into the round's float32 right-hand side before x_prev's memory is
-        reused), so a thread needs no more than the float64 path's four arrays.
+        Memory: three block arrays instead of the float64 path's four: z in ws.x; b,
+        then rho, in ws.b, whose memory also holds a round's two float32 iterates once
+        rho is turned into the round's float32 right-hand side; that and the float32
+        product live in the third. b is not kept: `make_b(out)` writes it again from
+        the resets (a cheap pass) before each residual.
         """
-        z, rho = ws.x, ws.x_prev
-        x32, xp32 = ws.halves(2)  # same memory as rho: used only between residuals
-        rhs32, r32 = ws.halves(3)
+        z, rho = ws.x, b
+        x32, xp32 = ws.halves(1)  # same memory as b / rho: used only between residuals
+        rhs32, r32 = ws.halves(2)
         w = self.sqrt_deg
-        res, res_l1 = b, l1  # the residual to solve for: b itself while z = 0
+        res_l1 = l1  # rho = b while z = 0
         l1_new = np.empty_like(l1)
         for round_ in range(REFINE_ROUNDS):
-            # a power of two near 1 / ||res||_1 per column: exact scaling, float32 entries <= ~1
+            # a power of two near 1 / ||rho||_1 per column: exact scaling, float32 entries <= ~1
             exp = np.frexp(np.where(res_l1 > 0, res_l1, 1.0))[1]
             scale = np.ldexp(1.0, -exp)
-            self.op.scale_columns(res, scale, rhs32)
+            self.op.scale_columns(rho, scale, rhs32)
             # aim at the bound, but no lower than float32 can go
             goal = np.maximum(limit, F32_REACH * res_l1) * scale
             c = self._chebyshev32(rhs32, d, x32, xp32, r32, res_l1 * scale, goal, gamma, sigma)
@@ -854,7 +931,8 @@ class BatchedSolver:
                 self.op.scale_columns(c, 1.0 / scale, z)
             else:
                 self.op.add_scaled_columns(z, c, 1.0 / scale)
-            self.op.true_residual(d, z, b, w, rho, l1_new)
+            make_b(rho)  # c is in z now: its memory takes b, then the residual
+            self.op.residual_in_place(d, z, w, rho, l1_new)
             if np.all(l1_new <= limit):
                 z += rho  # the power step
                 return z
@@ -869,8 +947,10 @@ class BatchedSolver:
             beta = self.components.T @ rho
             self.op.add_components(rho, self._comp_of, self._comp_val, -beta)
             self.op.add_components(z, self._comp_of, self._comp_val, beta / (1.0 - d))
-            res, res_l1 = rho, self._l1(rho)
-        return self._polish(z, b, d, limit)
+            res_l1 = self._l1(rho)
+        full_b = np.empty_like(z)  # the float64 finish needs b itself (rare: a one-off array)
+        make_b(full_b)
+        return self._polish(z, full_b, d, limit)
 
     def _chebyshev32(self, rhs, d, x, x_prev, r, rhs_l1, goal, gamma, sigma) -> np.ndarray:
         """Chebyshev iteration from 0 for (I - d S) c = rhs in float32 until every

@@ -19,6 +19,7 @@ the block does not fit in cache the extra passes cost about as much as the produ
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -110,20 +111,35 @@ def chebyshev_step(indptr, indices, data, d, x, x_prev, b, weight, gamma, omega,
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def true_residual(indptr, indices, data, d, x, b, weight, r, l1):
-    """r = b - (x - d S x) and l1[k] = sum_i weight_i |r_ik|, in x's and r's dtype (float64
-    for the mixed-precision solve's acceptance check: the product as `shifted_product` makes it)."""
+def residual_in_place(indptr, indices, data, d, x, weight, r, l1):
+    """r = b - (x - d S x), where r holds b on entry, and l1[k] = sum_i weight_i |r_ik|:
+    the mixed-precision solve's float64 acceptance check (float64 x, r and data), with
+    no array of its own for b. d S x is added panel by panel as the product finds it."""
     n, m = x.shape
     n_panels = indptr.shape[0]
+    last = indices.shape[0] - 1
+    line = 64 // x.itemsize
+    acc = np.empty(m, dtype=r.dtype)
     for k in range(m):
         l1[k] = 0.0
     for p in range(n_panels):
         for i in range(n):
-            _add_panel_row(indptr, indices, data, p, i, x, r)
+            for k in range(m):
+                acc[k] = 0.0
+            for jj in range(indptr[p, i], indptr[p, i + 1]):
+                ahead = indices[min(jj + PREFETCH_AHEAD, last)]
+                for k in range(0, m, line):
+                    _prefetch(x, ahead, k)
+                j = indices[jj]
+                v = data[jj]
+                for k in range(m):
+                    acc[k] += v * x[j, k]
+            for k in range(m):
+                r[i, k] += d * acc[k]
             if p == n_panels - 1:
                 w = weight[i]
                 for k in range(m):
-                    res = b[i, k] - x[i, k] + d * r[i, k]
+                    res = r[i, k] - x[i, k]
                     r[i, k] = res
                     l1[k] += w * abs(res)
 

@@ -39,3 +39,40 @@ class Panels:
             ptrs.append(np.zeros(1, dtype=np.int64))
         return cls(np.stack(ptrs), np.concatenate(inds or [np.zeros(0, np.int32)]),
                    np.concatenate(vals or [np.zeros(0)]))
+
+
+def widened(panels: Panels, factor: int) -> Panels:
+    """The same S in panels of `factor` adjacent panels each: within a group a row's
+    entries are its panels' entries one after the other (still sorted by column).
+
+    Panels are sized by the bytes of block rows one pass over a panel gathers; a
+    float32 block's rows are half as wide, so its panels can hold twice the rows
+    (measured on the MuSiQue-sized graph: 0.9 vs 1.2 ms per column and step).
+    """
+    n_p, n1 = panels.indptr.shape
+    n = n1 - 1
+    if factor <= 1 or n_p <= 1:
+        return panels
+    ptr = panels.indptr
+    lengths = np.diff(ptr, axis=1)  # (panels, n): entries of row i in panel p
+    groups = [list(range(g, min(g + factor, n_p))) for g in range(0, n_p, factor)]
+    new_ptr = np.empty((len(groups), n1), dtype=np.int64)
+    indices = np.empty_like(panels.indices)
+    data = np.empty_like(panels.data)
+    offset = 0
+    for g, members in enumerate(groups):
+        row_len = lengths[members].sum(axis=0)
+        new_ptr[g, 0] = offset
+        np.cumsum(row_len, out=new_ptr[g, 1:])
+        new_ptr[g, 1:] += offset
+        before = np.zeros(n, dtype=np.int64)  # entries of earlier panels of the group in row i
+        for p in members:
+            a, b = ptr[p, 0], ptr[p, n]
+            # entry t of row i moves from ptr[p, i] + t to new_ptr[g, i] + before[i] + t
+            shift = np.repeat(new_ptr[g, :n] + before - ptr[p, :n], lengths[p])
+            dst = np.arange(a, b, dtype=np.int64) + shift
+            indices[dst] = panels.indices[a:b]
+            data[dst] = panels.data[a:b]
+            before += lengths[p]
+        offset = int(new_ptr[g, n])
+    return Panels(new_ptr, indices, data)
