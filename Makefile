@@ -58,8 +58,13 @@ demo: setup
 
 # The slowest tests and the wall/CPU seconds of every file are printed at the end
 # (benchmarks/pytest_cputime.py; docs/testing.md keeps the suite's time budget).
+# Two pytest-xdist workers (one per core of the 2-core CI machine): a group of tests
+# that shares fixtures runs on one worker (tests/conftest.py), so the shared MuSiQue
+# set is embedded once. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -p benchmarks.pytest_cputime --durations=15
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -p benchmarks.pytest_cputime --durations=15 \
+		-n $(TEST_WORKERS) --dist loadgroup
 
 clean-cache:
 	rm -rf .hipporag2_cache

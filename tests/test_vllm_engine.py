@@ -63,6 +63,9 @@ LIMITS = ["llm.max_new_tokens=64", "openie.ner_max_new_tokens=48", "openie.tripl
           "retrieval.max_fallback_rate=1"]
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# The two start-up error checks share no engine run with the rest of the module, so
+# under `make test` (xdist, tests/conftest.py) they may run on the other worker.
+ERRORS_GROUP = "tests/test_vllm_engine.py::errors"
 
 
 def _require_vllm_env() -> None:
@@ -430,6 +433,7 @@ def test_greedy_outputs_agree_with_the_transformers_backend(offline: Dict[str, R
     assert same >= total // 2, f"only {same} of {total} greedy answers identical"
 
 
+@pytest.mark.xdist_group(ERRORS_GROUP)
 def test_engine_errors_are_one_actionable_line(tmp_path: Path, small_data: Path, model_folder: Path) -> None:
     """A model folder that does not exist stops the run before any engine starts."""
     missing = tmp_path / "no_such_model"
@@ -445,6 +449,7 @@ def test_engine_errors_are_one_actionable_line(tmp_path: Path, small_data: Path,
     assert not (tmp_path / "run" / "vllm_engine.log").exists()
 
 
+@pytest.mark.xdist_group(ERRORS_GROUP)
 def test_engine_that_fails_to_start_is_one_line_naming_the_cause(tmp_path: Path, small_data: Path,
                                                                   model_folder: Path) -> None:
     """Unreadable weights: the engine's worker fails; the run stops with its cause and log."""

@@ -57,8 +57,8 @@ The arithmetic on the block goes through an operator object with two implementat
 of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
 panels, prefetching, the fused Chebyshev step), fastest per step, and
 `ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
-numba. numba's start-up costs a process ~0.9 s, more than all PPR of a 100-question run
-on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
+numba. numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
+100-question run on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
 NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
 once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
 larger graphs start compiled. The stopping rule below is the same for both.
@@ -424,8 +424,8 @@ class _Operator:
 
 # S's nonzeros below which `BatchedSolver` starts on numpy (`ppr_numpy.TieredOperator`),
 # and the queries x nonzeros after which it moves to the compiled loops: see `choose_operator`
-NUMPY_OPERATOR_MAX_NNZ = 500_000
-TIERED_BUDGET = 6e7
+NUMPY_OPERATOR_MAX_NNZ = 200_000
+TIERED_BUDGET = 1.5e7
 OPERATORS = ("numpy", "compiled")
 
 
@@ -435,14 +435,15 @@ def choose_operator(nnz: int, operator: str | None = None) -> str:
     "tiered" (numpy first, compiled once it pays, `ppr_numpy.TieredOperator`) below
     NUMPY_OPERATOR_MAX_NNZ nonzeros and "compiled" from there on.
 
-    The compiled loops are faster per step (panels, prefetching, the fused step), but a
-    process pays numba's start-up once: ~0.9 s on the quiet 2-core machine (importing it,
-    then loading the first kernel from its disk cache), more than the whole PPR of the
-    shared MuSiQue set's 100 questions. Measured there (86k nonzeros, results/perf/README.md,
-    issue 15): numpy costs ~1.2 ms more CPU per query, i.e. ~1.4e-8 s per query and
-    nonzero, so the start-up equals ~6e7 queries x nonzeros of numpy's extra work
-    (TIERED_BUDGET: ~700 queries on that graph), and already ~120 queries' worth on a
-    graph of 500k nonzeros, where a run starts compiled.
+    The compiled loops are faster per step (panels, prefetching, the fused step): numpy
+    cost 1.8-2.7 ms more CPU per query on the shared MuSiQue set's graph (86k
+    nonzeros; 4.0-5.6 vs 2.2-2.9 ms), ~2e-8 s per query and nonzero, but a process
+    pays numba's start-up once, ~0.38 CPU s (import, loading kernels from the disk
+    cache), measured by benchmarks/bench_ppr_operator.py (results/perf/ppr_operator.md,
+    on the loaded 2-core machine). That start-up equals ~1.5e7 queries x nonzeros of
+    numpy's extra work (TIERED_BUDGET: ~170 queries on the shared set's graph), and a
+    100-query run's extra work on a graph of ~200k nonzeros, from where a run starts
+    compiled.
     """
     if operator is None:
         return "tiered" if nnz < NUMPY_OPERATOR_MAX_NNZ else "compiled"
