@@ -18,6 +18,7 @@ from the index folder (`ppr_store`).
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -62,16 +63,22 @@ def trim_heap() -> None:
     nothing). Linking leaves ~35 MB of freed temporaries below the allocator's mmap
     threshold (score normalisations, candidate lists) that the heap keeps for reuse; the
     PPR arrays that come next are mapped afresh, so without this both count at the peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """libc's malloc_trim, looked up once (find_library may run ldconfig), or None."""
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
     try:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
     except OSError:
-        trim = None
-    if trim is not None:
-        trim(0)
+        return None
 
 
 class GraphRetriever:
