@@ -182,6 +182,12 @@ def test_sparse_resets_give_the_dense_answers():
     Y = solver.solve_unnormalised(C, [0.5, 0.3])
     Y2 = solver.solve_unnormalised(R2, [0.5, 0.3])
     assert (np.abs(Y - Y2).sum(axis=2) <= 2 * TOL * np.fmax(R2, 0).sum(axis=1)).all()
+    # an empty row (between full ones) is y = 0 there, and is refused where PPR is taken
+    E = sp.vstack([C.tocsr()[:2], sp.csr_matrix((1, n)), C.tocsr()[2:4]]).tocsr()
+    Y = solver.solve_unnormalised(E, [0.5])[0]
+    assert not Y[2].any() and np.abs(Y[[0, 1, 3, 4]] - Y2[0, :4]).sum(axis=1).max() <= 2 * TOL * 5
+    with pytest.raises(ValueError, match="sum to zero"):
+        solver.solve(E, 0.5)
     from hipporag2.retrieve.ppr import PrpackSolver
 
     np.testing.assert_array_equal(PrpackSolver(g).solve(C.tocsr()[:3], 0.5), PrpackSolver(g).solve(R2[:3], 0.5))

@@ -77,16 +77,15 @@ def test_operators_agree_on_hipporag_shaped_graphs(scale, seed):
 
 
 def test_numpy_operations_against_the_compiled_ones():
-    """Each method of NumpyOperator against ppr._Operator's, on one degree-ordered block."""
-    from hipporag2.retrieve.ppr import _Operator
-
+    """Each method of NumpyOperator against the compiled operator's, on one degree-ordered block."""
     rng = np.random.default_rng(5)
     n = 200
     A = sp.random(n, n, density=0.04, random_state=2, format="csr")
     src, dst = A.nonzero()
     prep = prepare_graph(n + 3, src, dst, rng.uniform(0.5, 2.0, len(src)), block_size=4)  # 3 nodes without edges
     na = prep.n_active
-    ours, theirs = ppr_numpy.NumpyOperator(prep.S, prep.pos), _Operator(prep.S, prep.panels)
+    ours = ppr_numpy.NumpyOperator(prep.S, prep.pos)
+    theirs = BatchedSolver.from_prepared(prep, operator="compiled").op  # ppr's compiled operator
     m = 6
     x, x_prev, b = (rng.standard_normal((na, m)) for _ in range(3))
     w = prep.sqrt_deg

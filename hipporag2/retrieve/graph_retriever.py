@@ -18,6 +18,7 @@ from the index folder (`ppr_store`).
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -29,6 +30,7 @@ from hipporag2.data.loaders import Query
 from hipporag2.embed.store import EmbeddingStore
 from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
+from hipporag2.mapped_pages import release_rows
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
@@ -49,7 +51,34 @@ QueryNER = Callable[[Sequence[str]], List[List[str]]]
 def dense_scores(store: EmbeddingStore, passage_emb: np.ndarray, questions: Sequence[str], progress: bool) -> np.ndarray:
     """Min-max normalised query x passage dot products (float32, like the reference)."""
     q = store.embed(list(questions), instruction=ins.QUERY_TO_PASSAGE, desc="embed queries (passage)", progress=progress)
-    return min_max_rows(q @ np.asarray(passage_emb).T)
+    scores = min_max_rows(q @ np.asarray(passage_emb).T)
+    # a mapped index's passage rows leave our resident set again (18 MB at MuSiQue scale,
+    # read back as minor faults by the next block): they need not sit beside the PPR arrays
+    release_rows(passage_emb, 0, len(passage_emb))
+    return scores
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the system (glibc's malloc_trim; elsewhere
+    nothing). Linking leaves ~35 MB of freed temporaries below the allocator's mmap
+    threshold (score normalisations, candidate lists) that the heap keeps for reuse; the
+    PPR arrays that come next are mapped afresh, so without this both count at the peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """libc's malloc_trim, looked up once (find_library may run ldconfig), or None."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
 
 
 class GraphRetriever:
@@ -227,6 +256,7 @@ class GraphRetriever:
         soon as it is there, so memory is a piece, not the block."""
         cfg, idx = self.cfg, self.index
         n_phr, n = idx.n_phrases, idx.n_phrases + idx.n_passages
+        trim_heap()  # before the solver's arrays: the peak is theirs, not theirs plus linking's leftovers
         rows, pseeds = [], {}
         for r, (seeds, _) in enumerate(links):
             if not seeds:
@@ -266,20 +296,26 @@ def reset_rows(phrase_seeds: Sequence[Sequence[Tuple[int, float]]], passage_seed
     (a phrase seeded twice keeps its last weight), without the dense (queries x nodes)
     array: at MuSiQue scale a reset has ~5 phrase and ~12k passage entries of 97k
     nodes, so a piece of 64 is ~9 MB instead of 50 MB to zero, fill and read."""
-    cols, vals, indptr = [], [], [0]
+    index = np.int32 if n < 2**31 else np.int64  # what scipy would pick: no conversion copy
+    rows = []
     for seeds, ps in zip(phrase_seeds, passage_seeds):
         last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
-        c = np.fromiter(last.keys(), dtype=np.int64, count=len(last))
-        v = np.fromiter(last.values(), dtype=np.float64, count=len(last))
-        if ps is not None:
-            nz = np.flatnonzero(ps)  # zeros add nothing to a reset; NaN stays (cleaned later)
-            c, v = np.concatenate([c, nz + n_phrases]), np.concatenate([v, np.asarray(ps, dtype=np.float64)[nz]])
-        cols.append(c)
-        vals.append(v)
-        indptr.append(indptr[-1] + len(c))
-    R = sp.csr_matrix((np.concatenate(vals) if vals else np.zeros(0), np.concatenate(cols) if cols else np.zeros(0, np.int64),
-                       np.asarray(indptr)), shape=(len(indptr) - 1, n))
-    R.sort_indices()
+        keys = sorted(last)  # phrases come before passages: each row is sorted
+        c = np.array(keys, dtype=index)
+        v = np.array([last[j] for j in keys], dtype=np.float64)
+        nz = np.flatnonzero(ps) if ps is not None else np.zeros(0, dtype=np.int64)  # zeros add nothing; NaN stays
+        rows.append((c, v, ps, nz))
+    indptr = np.zeros(len(rows) + 1, dtype=index)
+    np.cumsum([len(c) + len(nz) for c, _, _, nz in rows], out=indptr[1:])
+    cols, vals = np.empty(int(indptr[-1]), dtype=index), np.empty(int(indptr[-1]))
+    for (c, v, ps, nz), a in zip(rows, indptr[:-1]):  # filled in place: no per-row copies to join
+        cols[a : a + len(c)], vals[a : a + len(c)] = c, v
+        if len(nz):
+            b = a + len(c)
+            cols[b : b + len(nz)] = nz + n_phrases
+            vals[b : b + len(nz)] = np.asarray(ps)[nz]
+    R = sp.csr_matrix((vals, cols, indptr), shape=(len(rows), n))
+    R.sort_indices()  # already sorted: only checked
     return R
 
 

@@ -41,6 +41,11 @@ bound gives.
   in advance, so each step is a single pass that does the product and all vector work
   row by row (`ppr_kernels.chebyshev_step`); CG needs dot products over the whole
   block between its product and its updates, i.e. extra passes over the block.
+  On the compiled operator the steps run in float32 (`BatchedSolver._refine`: a step's
+  cost is its gathers of block rows, and float32 rows are half the bytes), in rounds of
+  iterative refinement: each round's correction goes into a float64 answer whose true
+  residual is computed in float64, and only that residual accepts it, by the stopping
+  rule below; a round that stalls hands over to the float64 path.
 * Several dampings (`solve_unnormalised`, the sweep path): multi-shift CG. All
   dampings share one Krylov space, so one set of products serves them all, and y is
   linear in the reset, which is what makes a damping x passage-weight sweep cheap.
@@ -52,8 +57,8 @@ The arithmetic on the block goes through an operator object with two implementat
 of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
 panels, prefetching, the fused Chebyshev step), fastest per step, and
 `ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
-numba. numba's start-up costs a process ~0.9 s, more than all PPR of a 100-question run
-on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
+numba. numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
+100-question run on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
 NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
 once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
 larger graphs start compiled. The stopping rule below is the same for both.
@@ -129,13 +134,34 @@ def sparse_resets(resets) -> sp.csr_matrix:
     return R
 
 
-def sparse_clean_sums(R: sp.csr_matrix, mask: np.ndarray | None = None) -> np.ndarray:
-    """Each row's sum once cleaned (NaN/negative -> 0), over the columns in `mask` if given."""
-    v = clean_reset(R.data)
+def sparse_clean_sums(R, mask: np.ndarray | None = None) -> np.ndarray:
+    """Each row's sum once cleaned (NaN/negative -> 0), over the columns in `mask` if given.
+    R: CSR, or `CsrRows` (whose indptr may start past 0)."""
+    a, b = int(R.indptr[0]), int(R.indptr[-1])
+    v = clean_reset(R.data[a:b])
     if mask is not None:
-        v = np.where(mask[R.indices], v, 0.0)
-    rows = np.repeat(np.arange(R.shape[0]), np.diff(R.indptr))
-    return np.bincount(rows, weights=v, minlength=R.shape[0]).astype(np.float64)
+        v = np.where(mask[R.indices[a:b]], v, 0.0)
+    ptr = np.asarray(R.indptr, dtype=np.int64) - a
+    sums = np.zeros(len(ptr) - 1)
+    full = ptr[1:] > ptr[:-1]  # reduceat would give an empty row its next entry
+    if full.any():
+        sums[full] = np.add.reduceat(v, ptr[:-1][full])
+    return sums
+
+
+@dataclass(frozen=True)
+class CsrRows:
+    """Rows start..stop of a CSR matrix without copying them: `indptr` is the slice of the
+    matrix's (absolute offsets into the shared `indices` and `data`), as the CSR kernels
+    read it. A block's rows are read by its thread only."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @classmethod
+    def of(cls, R: sp.csr_matrix, rows: slice) -> "CsrRows":
+        return cls(R.indptr[rows.start : rows.stop + 1], R.indices, R.data)
 
 
 def column_range(columns: slice | None, n: int) -> tuple[int, int]:
@@ -398,8 +424,8 @@ class _Operator:
 
 # S's nonzeros below which `BatchedSolver` starts on numpy (`ppr_numpy.TieredOperator`),
 # and the queries x nonzeros after which it moves to the compiled loops: see `choose_operator`
-NUMPY_OPERATOR_MAX_NNZ = 500_000
-TIERED_BUDGET = 6e7
+NUMPY_OPERATOR_MAX_NNZ = 200_000
+TIERED_BUDGET = 1.5e7
 OPERATORS = ("numpy", "compiled")
 
 
@@ -409,14 +435,15 @@ def choose_operator(nnz: int, operator: str | None = None) -> str:
     "tiered" (numpy first, compiled once it pays, `ppr_numpy.TieredOperator`) below
     NUMPY_OPERATOR_MAX_NNZ nonzeros and "compiled" from there on.
 
-    The compiled loops are faster per step (panels, prefetching, the fused step), but a
-    process pays numba's start-up once: ~0.9 s on the quiet 2-core machine (importing it,
-    then loading the first kernel from its disk cache), more than the whole PPR of the
-    shared MuSiQue set's 100 questions. Measured there (86k nonzeros, results/perf/README.md,
-    issue 15): numpy costs ~1.2 ms more CPU per query, i.e. ~1.4e-8 s per query and
-    nonzero, so the start-up equals ~6e7 queries x nonzeros of numpy's extra work
-    (TIERED_BUDGET: ~700 queries on that graph), and already ~120 queries' worth on a
-    graph of 500k nonzeros, where a run starts compiled.
+    The compiled loops are faster per step (panels, prefetching, the fused step): numpy
+    cost 1.8-2.7 ms more CPU per query on the shared MuSiQue set's graph (86k
+    nonzeros; 4.0-5.6 vs 2.2-2.9 ms), ~2e-8 s per query and nonzero, but a process
+    pays numba's start-up once, ~0.38 CPU s (import, loading kernels from the disk
+    cache), measured by benchmarks/bench_ppr_operator.py (results/perf/ppr_operator.md,
+    on the loaded 2-core machine). That start-up equals ~1.5e7 queries x nonzeros of
+    numpy's extra work (TIERED_BUDGET: ~170 queries on the shared set's graph), and a
+    100-query run's extra work on a graph of ~200k nonzeros, from where a run starts
+    compiled.
     """
     if operator is None:
         return "tiered" if nnz < NUMPY_OPERATOR_MAX_NNZ else "compiled"
@@ -771,8 +798,9 @@ class BatchedSolver:
 
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise, j0) -> None:
         csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
+        full = R
         if csr:
-            R = R[rows]  # CSR rows: a small copy
+            R = CsrRows.of(R, rows)
         elif sp.issparse(R):  # an operator without the CSR passes: this block dense
             R = R[rows].toarray()
         else:
@@ -803,8 +831,9 @@ class BatchedSolver:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
-                part = R[:, j0 : j0 + out.shape[2]]
-                np.divide(clean_reset(part.toarray() if csr else part), scale[:, None], out=out[k, rows])
+                cut = slice(j0, j0 + out.shape[2])
+                part = full[rows][:, cut].toarray() if csr else R[:, cut]
+                np.divide(clean_reset(part), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]
                 continue

@@ -4,14 +4,16 @@
 over a block of columns, the fused Chebyshev step, and the passes in and out of the
 solver's node-major, degree-ordered block. `ppr._Operator` does them in compiled numba
 loops (`ppr_kernels`), which are the fastest per step on large graphs but cost every
-process numba's start-up: importing it and loading the first kernel from its disk
-cache took ~0.9 s on the quiet 2-core machine, more than the whole PPR of the shared
-MuSiQue set's 100 questions (~0.2 s). `NumpyOperator` does the same operations with
-scipy's CSR times dense block (compiled C, releases the GIL) and numpy's array passes,
-in the same arithmetic order where the result is element-wise (so the Chebyshev step's
-iterate, the residual and the answers match the compiled ones to the last bit given
-the same product), and never imports numba. It is float64 only, and uses the plain
-CSR matrix S (not the panels, which only help the compiled gathers stay in cache).
+process numba's start-up: importing it and loading its kernels from the disk cache
+took ~0.4 CPU s (results/perf/ppr_operator.md), more than the compiled PPR of the
+shared MuSiQue set's 100 questions. `NumpyOperator` does the same operations with
+scipy's CSR times dense block (compiled C; `csr_matvecs` adds into its output, which
+saves numpy's temporaries and passes) and numpy's array passes, and never imports
+numba. The passes in and out of the block and the residual are element-wise in the
+compiled loops' order (the same bits); the next iterate and the L1 norms round
+differently (another summation order, far inside the solver's bound). It is float64
+only (no `mixed_precision`: the solver's float64 Chebyshev path), and uses the plain
+CSR matrix S, not the panels, which only help the compiled gathers stay in cache.
 
 Which one a solver uses is decided by `ppr.choose_operator` from the size of S.
 """
@@ -180,9 +182,9 @@ class TieredOperator:
     """`NumpyOperator` first; the compiled `ppr._Operator` once the queries solved make
     numba's start-up worth paying (a ski-rental rule).
 
-    The numpy operations cost ~1.2 ms more per query than the compiled ones on the
-    shared MuSiQue set's graph, about proportionally to S's nonzeros, while numba costs
-    a process ~0.9 s once. Counting queries x nonzeros solved (each block of resets
+    The numpy operations cost ~2 ms more CPU per query than the compiled ones on the
+    shared MuSiQue set's graph, growing with S's nonzeros, while numba costs a process
+    ~0.4 CPU s once (`ppr.choose_operator` has the measurements). Counting queries x nonzeros solved (each block of resets
     passes through `gather_resets` once, dense or CSR resets alike), the solver switches when that
     work reaches `budget`, about the work whose extra cost equals the start-up: a run
     never pays more than about twice what the better choice in hindsight would have.

@@ -1,0 +1,46 @@
+"""Loading a saved index: every checksum is checked before anything is returned, and a
+file that fails its checksum is what gets reported (graph/store.py hashes in a second
+thread while index.json is parsed)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hipporag2.graph.build import GraphEdges
+from hipporag2.graph.store import Index, IndexCorrupt, load_index, save_index
+
+
+def _tiny_index() -> Index:
+    rng = np.random.default_rng(0)
+    emb = lambda n: rng.standard_normal((n, 4)).astype(np.float32)  # noqa: E731
+    edges = GraphEdges(5, np.array([0, 1, 2]), np.array([1, 3, 4]), np.array([1.0, 1.0, 0.9]),
+                       np.array([0, 1, 1], dtype=np.int8))
+    return Index(passages=["p one", "p two"], titles=["a", "b"], corpus_idx=[0, 1], phrases=["x", "y", "z"],
+                 facts=[("x", "r", "y")], phrase_passages=[[0], [0, 1], [1]], edges=edges, stats={"facts": 1},
+                 passage_emb=emb(2), phrase_emb=emb(3), fact_emb=emb(1), passage_facts=[[0], []])
+
+
+def test_load_round_trip_and_checksum_failures_reported_first(tmp_path):
+    path = tmp_path / "index"
+    save_index(_tiny_index(), path)
+    got = load_index(path)
+    assert got.phrases == ["x", "y", "z"] and got.facts == [("x", "r", "y")]
+    np.testing.assert_array_equal(got.edges.target, [1, 3, 4])
+    # a damaged embedding file: the parse succeeds, the checksum does not
+    emb = path / "phrase_emb.npy"
+    good = emb.read_bytes()
+    emb.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(IndexCorrupt, match="phrase_emb.npy: sha256"):
+        load_index(path)
+    assert load_index(path, verify=False).phrase_emb.shape == (3, 4)  # unchecked reads still work
+    emb.write_bytes(good)
+    # a truncated index.json fails to parse AND fails its size check: the size check is reported
+    meta = path / "index.json"
+    text = meta.read_bytes()
+    meta.write_bytes(text[: len(text) // 2])
+    with pytest.raises(IndexCorrupt, match=r"index\.json: \d+ bytes, the manifest says"):
+        load_index(path)
+    with pytest.raises(IndexCorrupt, match="cannot be loaded"):
+        load_index(path, verify=False)
+    meta.write_bytes(text)
+    assert load_index(path).passages == ["p one", "p two"]
