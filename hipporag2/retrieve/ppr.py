@@ -579,10 +579,12 @@ def _anonymous_float64(size: int) -> np.ndarray:
 class _Workspace:
     """The arrays one block of up to `width` queries needs.
 
-    A solver keeps them between blocks and between calls: touching fresh memory is
-    slow on virtual machines that fault every new page in from the host (here about
-    3 ms per MB, as much as a product per column). A narrower block (the last one of
-    a call) uses the front of the same memory.
+    A solver keeps them between the blocks of a call and between calls: touching fresh
+    memory is slow on virtual machines that fault every new page in from the host (here
+    about 3 ms per MB, as much as a product per column). A caller that needs the memory
+    in between hands them back (`BatchedSolver.release_workspaces`: the retriever does
+    after each block of queries, which costs a refill of ~0.15 ms per MB). A narrower
+    block (the last one of a call) uses the front of the same memory.
     """
 
     def __init__(self, n_active: int, width: int, n_arrays: int = 4):
