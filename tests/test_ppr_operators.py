@@ -247,20 +247,3 @@ def _repo_root():
 
     return Path(__file__).resolve().parents[1]
 
-
-@pytest.mark.parametrize("q,block,threads", [(36, 32, 2), (64, 32, 2), (100, 16, 2), (5, 32, 2), (3, 1, 2), (100, 16, 1), (0, 8, 2)])
-def test_block_rows_cover_the_call_in_balanced_blocks(q, block, threads):
-    """Each call's rows in blocks of at most `block_size`, as few as that allows, in a
-    multiple of the threads when there are several, widths within one of each other."""
-    from hipporag2.retrieve.ppr import block_rows
-
-    blocks = block_rows(q, block, threads)
-    widths = [b.stop - b.start for b in blocks]
-    assert [i for b in blocks for i in range(b.start, b.stop)] == list(range(q))
-    assert all(0 < w <= block for w in widths)
-    fewest = -(-q // block)
-    if fewest > 1 and threads > 1:
-        assert len(blocks) % threads == 0 or len(blocks) == q
-    else:
-        assert len(blocks) == fewest
-    assert not widths or max(widths) - min(widths) <= 1

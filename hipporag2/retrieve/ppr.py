@@ -611,20 +611,6 @@ class _Workspace:
         return f[:size].reshape(self.n_active, self.m), f[half : half + size].reshape(self.n_active, self.m)
 
 
-def block_rows(q: int, block_size: int, n_threads: int) -> list[slice]:
-    """The blocks of rows one call of q queries is solved in: as few as `block_size`
-    allows, in a multiple of `n_threads` when there are several, of equal widths (within
-    one). A call of 36 queries with blocks of 32 on two threads is two blocks of 18 that
-    run side by side, not 32 and then 4 while the other thread waits."""
-    if q <= 0:
-        return []
-    n = -(-q // max(1, block_size))
-    if n > 1 and n_threads > 1:
-        n = min(q, -(-n // n_threads) * n_threads)
-    cuts = [q * i // n for i in range(n + 1)]
-    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
-
-
 class BatchedSolver:
     """Krylov PPR for many reset vectors over one prepared graph.
 
@@ -788,17 +774,18 @@ class BatchedSolver:
             self.interval()  # once, before the threads that need it start
             if self._mixed():
                 self.op.prepare_mixed()
-        blocks = block_rows(q, self.block_size, self.n_threads)
-        if self.n_threads > 1 and len(blocks) > 1:
+        starts = range(0, q, self.block_size)
+        if self.n_threads > 1 and q > self.block_size:
             # the compiled loops, scipy's sparse kernels and numpy's large array ops release the GIL
-            with ThreadPoolExecutor(min(self.n_threads, len(blocks))) as ex:
-                list(ex.map(lambda rows: self._solve_block(R, out, rows, ds, scale, normalise, j0), blocks))
+            with ThreadPoolExecutor(self.n_threads) as ex:
+                list(ex.map(lambda s: self._solve_block(R, out, s, ds, scale, normalise, j0), starts))
         else:
-            for rows in blocks:
-                self._solve_block(R, out, rows, ds, scale, normalise, j0)
+            for s in starts:
+                self._solve_block(R, out, s, ds, scale, normalise, j0)
         return out
 
-    def _solve_block(self, R, out, rows, ds, scale, normalise, j0) -> None:
+    def _solve_block(self, R, out, start, ds, scale, normalise, j0) -> None:
+        rows = slice(start, min(start + self.block_size, R.shape[0]))
         # the mixed-precision solve needs three block arrays (`_refine`), the float64 one four
         n_arrays = 3 if self._mixed() else 4
         with self._spare_lock:
