@@ -19,23 +19,22 @@ def test_frozen_inside_the_block_and_handed_back_after_it():
         del old, new
         gc.collect()
         # the cycle made inside was collected; the one alive at the start waits
-        assert sum(isinstance(o, Node) for o in gc.get_objects()) == 0  # frozen objects are not listed
+        assert sum(type(o) is Node for o in gc.get_objects()) == 0  # frozen objects are not listed
         with long_lived_frozen():  # nested: the outer freeze is kept
-            frozen = gc.get_freeze_count()
-        assert gc.get_freeze_count() == frozen
+            pass
+        assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
-    assert sum(isinstance(o, Node) for o in gc.get_objects()) == 1
+    assert sum(type(o) is Node for o in gc.get_objects()) == 1
     gc.collect()
-    assert sum(isinstance(o, Node) for o in gc.get_objects()) == 0
+    assert sum(type(o) is Node for o in gc.get_objects()) == 0
 
 
 def test_left_alone_when_something_else_froze_or_disabled():
     gc.freeze()
     try:
-        n = gc.get_freeze_count()
         with long_lived_frozen():
             pass
-        assert gc.get_freeze_count() == n  # not unfrozen by us
+        assert gc.get_freeze_count() > 0  # not unfrozen by us (the count itself falls as frozen objects are freed)
     finally:
         gc.unfreeze()
     gc.disable()
