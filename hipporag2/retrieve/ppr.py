@@ -819,6 +819,9 @@ class BatchedSolver:
                 self._spare.append(ws)
 
     def _solve_into(self, ws, R, out, rows, ds, scale, normalise, j0) -> None:
+        start_block = getattr(self.op, "start_block", None)  # `ppr_numpy.TieredOperator` counts its work
+        if start_block is not None:
+            start_block(rows.stop - rows.start)
         csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
         full = R
         if csr:
