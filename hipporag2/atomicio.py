@@ -68,16 +68,33 @@ def write_json(path: Path | str, obj: Any, indent: int | None = 2) -> None:
 
 
 def write_jsonl(path: Path | str, rows: Iterable[Any]) -> None:
+    write_lines(path, (json.dumps(row, ensure_ascii=False) for row in rows))
+
+
+def write_lines(path: Path | str, lines: Iterable[str]) -> None:
+    """Lines already encoded (e.g. JSON made by `result_lines`), each followed by a newline."""
     with _replacing(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for line in lines:
+            f.write(line + "\n")
 
 
 def sha256_file(path: Path | str) -> str:
+    """The file's sha256, hashed in one call over a read-only mapping of it.
+
+    hashlib lets go of the GIL while it hashes a large buffer, so one call over the
+    whole file runs beside other Python threads from start to end; hashing 1 MB reads
+    in a loop needs the GIL back after every chunk, and waits for it behind a thread
+    in a long C call (json parsing index.json while the index's files are checked)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        size = os.fstat(f.fileno()).st_size
+        if size < (1 << 20):
+            h.update(f.read())
+        else:
+            import mmap
+
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                h.update(m)
     return h.hexdigest()
 
 
@@ -213,17 +230,29 @@ class CheckpointLog:
 
     def write(self, obj: Any) -> str:
         """Append one line (after the header, if the file is new); returns its JSON text."""
+        self.write_header()
+        return self._line(obj)
+
+    def write_text(self, text: str) -> str:
+        """`write` of a line already encoded: `text` must be what json.dumps(obj,
+        ensure_ascii=False) gives for the object it stands for (`result_lines`)."""
+        self.write_header()
+        return self._text(text)
+
+    def write_header(self) -> None:
+        """Open the file for appending (once); write the header first when the file is new."""
         if self._f is None:
             new = not self.path.is_file()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "ab")
             if new:
                 self._line(self.header)
-        return self._line(obj)
 
     def _line(self, obj: Any) -> str:
+        return self._text(json.dumps(obj, ensure_ascii=False))
+
+    def _text(self, text: str) -> str:
         """Every line, the header included, is a pass through the `torn_crash` point."""
-        text = json.dumps(obj, ensure_ascii=False)
         data = text.encode("utf-8") + b"\n"
         if self.torn_crash and crash_hit(self.torn_crash):
             self._append(data[: len(data) // 2])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = [
     "run", "Timings", "LazyLLM", "Inputs", "load_inputs", "load_dataset", "dataset_paths", "get_openie", "get_index",
-    "make_retriever", "retrieval_rows", "count_fallbacks", "run_metrics", "provenance", "input_files",
+    "make_retriever", "retrieval_rows", "write_retrieval_jsonl", "count_fallbacks", "run_metrics", "provenance", "input_files",
     "write_json", "write_jsonl",
 ]
 
@@ -36,12 +36,14 @@ from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
+from hipporag2.gc_pause import long_lived_frozen
 from hipporag2.gates import check_fallback_rate, check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
 from hipporag2.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
 from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
+from hipporag2.result_lines import RetrievalLines, checkpoint_block, result_of_checkpoint_row
 from hipporag2.results import RunReport
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.stagekeys import corpus_digest, digest, file_digest, index_key
@@ -203,14 +205,17 @@ def provenance(cfg: Config, qpath: Path, cpath: Path, data_files: Optional[Dict[
     }
 
 
-def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool) -> Optional[Index]:
+def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool,
+                   defer: Tuple[str, ...] = ()) -> Optional[Index]:
     """The index at `path` if complete and intact; None if absent. A corrupt one is
-    reported and, when the caller holds the build lock, removed for rebuilding."""
+    reported and, when the caller holds the build lock, removed for rebuilding. The
+    embedding matrices in `defer` (ones the run's retriever does not read) are checked
+    on first read instead (`load_index`)."""
     if not index_exists(path):
         return None
     try:
         with timings.stage("index_load"):
-            return load_index(path)
+            return load_index(path, defer=defer)
     except IndexCorrupt as e:
         if not under_lock:
             return None  # decided again under the lock (another process may be rewriting it)
@@ -229,13 +234,16 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
-    index = _load_verified(path, report, timings, under_lock=False)
+    from hipporag2.retrieve.factory import unread_embeddings
+
+    defer = unread_embeddings(cfg)
+    index = _load_verified(path, report, timings, under_lock=False, defer=defer)
     if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
         # second waits for the lock and then finds the index.
         with FileLock(str(path) + ".lock"):
-            index = _load_verified(path, report, timings, under_lock=True)
+            index = _load_verified(path, report, timings, under_lock=True, defer=defer)
             if index is None:
                 log.info("building index %s", path)
                 with timings.stage("index_build"):
@@ -298,14 +306,6 @@ def retrieval_key(cfg: Config, data_files: Dict[str, str], report: Dict) -> str:
     return digest({"settings": settings, "inputs": sorted(data_files.values()), "index": report.get("index_key")})
 
 
-def _row_of(result: RetrievalResult) -> Dict:
-    return {"id": result.query_id, "ranked": result.ranked, "scores": result.scores, "details": result.details}
-
-
-def _result_of(row: Dict) -> RetrievalResult:
-    return RetrievalResult(row["id"], [int(i) for i in row["ranked"]], [float(x) for x in row["scores"]], row["details"])
-
-
 class RetrievalCheckpoint:
     """`retrieval.partial.jsonl` in the run dir: a header line with the retrieval key,
     then one line per finished block of queries (appended, flushed and fsynced).
@@ -319,6 +319,9 @@ class RetrievalCheckpoint:
         self.path, self.key, self.block_size = path, key, block_size
         self.ids = query_ids
         self.results: List[RetrievalResult] = []
+        # json's text of each result's scores where this process wrote them (None: read
+        # back from the file, or not of the plain shape), for retrieval.jsonl
+        self.score_texts: List[Optional[List[str]]] = []
         self._log = atomicio.CheckpointLog(path, self._header(), torn_crash="retrieval_torn_write")
 
     def _header(self) -> Dict:
@@ -331,7 +334,7 @@ class RetrievalCheckpoint:
             if obj.get("start") != start or not isinstance(block, list) or \
                     [r.get("id") for r in block] != self.ids[start : start + len(block)]:
                 return None
-            return [_result_of(r) for r in block]
+            return [result_of_checkpoint_row(r) for r in block]
 
         existed = self.path.is_file()
         results = atomicio.read_checkpoint_lines(self.path, self._header(), accept)
@@ -340,6 +343,7 @@ class RetrievalCheckpoint:
                 log.info("retrieval checkpoint %s is from other settings or data; starting retrieval over", self.path)
             return 0
         self.results = results
+        self.score_texts = [None] * len(results)
         if results:
             log.info("retrieval checkpoint %s: %d of %d queries already done, resuming", self.path, len(results), len(self.ids))
         return len(results)
@@ -347,10 +351,12 @@ class RetrievalCheckpoint:
     def append(self, start: int, results: List[RetrievalResult]) -> List[RetrievalResult]:
         """Persist a finished block; returns its results as read back from JSON (so a
         resumed and an uninterrupted run hold exactly the same values)."""
-        text = self._log.write({"start": start, "rows": [_row_of(r) for r in results]})
-        back = [_result_of(r) for r in json.loads(text)["rows"]]
-        self.results.extend(back)
-        return back
+        # json.dumps({"start": start, "rows": [...]}) and its json.loads, made cheaper (result_lines)
+        block = checkpoint_block(start, results)
+        self._log.write_text(block.text)
+        self.results.extend(block.results)
+        self.score_texts.extend(block.score_texts)
+        return block.results
 
     def close(self) -> None:
         self._log.close()
@@ -362,7 +368,8 @@ class RetrievalCheckpoint:
 def retrieve_checkpointed(retriever, queries: List[Query], ckpt: RetrievalCheckpoint, timings: Timings) -> Tuple[List[RetrievalResult], int]:
     """Results for all queries, and how many of them came from the checkpoint."""
     done = ckpt.resume()
-    with timings.stage("retrieval"):
+    # long_lived_frozen: collections walk what retrieval allocates, not the index (gc_pause)
+    with timings.stage("retrieval"), long_lived_frozen():
         try:
             for start in range(done, len(queries), ckpt.block_size):
                 block = queries[start : start + ckpt.block_size]
@@ -394,19 +401,16 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
 
 def retrieval_rows(queries, results, corpus: Corpus) -> List[Dict]:
     """The lines of retrieval.jsonl: id, question, ranked passages, retriever details."""
-    rows = []
-    for q, r in zip(queries, results):
-        row = {
-            "id": q.id,
-            "question": q.question,
-            "ranked": [
-                {"title": corpus.passages[i].title, "corpus_idx": corpus.passages[i].corpus_idx, "score": s}
-                for i, s in zip(r.ranked, r.scores)
-            ],
-        }
-        row.update(r.details)
-        rows.append(row)
-    return rows
+    lines = RetrievalLines(corpus)
+    return [lines.row(q, r) for q, r in zip(queries, results)]
+
+
+def write_retrieval_jsonl(path: Path, queries, results, corpus: Corpus, score_texts=None) -> None:
+    """retrieval.jsonl, atomically: `write_jsonl(path, retrieval_rows(...))` byte for byte,
+    encoded from per-passage pieces instead of 200 small objects per line (result_lines);
+    `score_texts` (RetrievalCheckpoint.score_texts, aligned with results) saves
+    formatting the scores a second time."""
+    atomicio.write_lines(path, RetrievalLines(corpus).lines(queries, results, score_texts))
 
 
 def count_fallbacks(results: List[RetrievalResult]) -> int:
@@ -522,7 +526,7 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
                             cfg.retrieval.max_fallback_rate, int(index.stats.get("facts", 0)))
     report.update(llm_stage_stats(retriever))
     strings = corpus.strings
-    write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
+    write_retrieval_jsonl(run_dir / "retrieval.jsonl", queries, results, corpus, ckpt.score_texts)
     crash_point("retrieval_written")
     with timings.stage("evaluate"):
         recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)

@@ -186,8 +186,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     from hipporag2.embed.store import open_store
     from hipporag2.evaluate.metrics import mean_recall
     from hipporag2.pipeline import (
-        LazyLLM, Timings, provenance, load_inputs, make_retriever, retrieval_rows, run_metrics, write_json,
-        write_jsonl,
+        LazyLLM, Timings, provenance, load_inputs, make_retriever, run_metrics, write_json, write_retrieval_jsonl,
     )
     from hipporag2.redact import install_log_redaction, redact_obj
     from hipporag2.results import RunReport
@@ -235,7 +234,7 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
             (run_dir / "metrics.json").unlink(missing_ok=True)  # an older sweep's point is not this one's
             _write_hydra_dir(run_dir, pcfg, list(overrides) + [f"retrieval.damping={d:g}", f"retrieval.passage_node_weight={w:g}"])
             write_json(run_dir / "graph_stats.json", index.stats)
-            write_jsonl(run_dir / "retrieval.jsonl", retrieval_rows(queries, results, corpus))
+            write_retrieval_jsonl(run_dir / "retrieval.jsonl", queries, results, corpus)
             recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)
             if llm.usage():
                 report["llm_usage"] = llm.usage()

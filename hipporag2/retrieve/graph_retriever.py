@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hipporag2.config import RetrievalConfig
+from hipporag2.gc_pause import long_lived_frozen
 from hipporag2.data.loaders import Query
 from hipporag2.embed.store import EmbeddingStore
 from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
@@ -235,6 +236,10 @@ class GraphRetriever:
         return dense, self._link(questions)
 
     def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+        with long_lived_frozen():  # collections walk what the queries allocate, not the index
+            return self._retrieve(queries)
+
+    def _retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
         cfg = self.cfg
         results: List[RetrievalResult] = []
         for start in range(0, len(queries), cfg.query_batch_size):

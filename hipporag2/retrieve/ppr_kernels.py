@@ -11,6 +11,12 @@ nonzeros later: measured on the MuSiQue-sized graph, a step costs 0.7-0.9 instea
 1.1-1.3 ms per column. They are numba functions that release the GIL, so
 `BatchedSolver` runs one block per thread.
 
+The row sum itself (`_panel_row_into`) is written in LLVM IR: for the solver's block
+widths the row of sums stays in vector registers for the whole row, where numba's loop
+over a runtime width loaded and stored it for every nonzero; a float32 Chebyshev step
+over a block of 32 costs ~1.3-1.5x less, a whole PPR solve at 1x ~1.35x less, with the
+same bits (results/perf/ppr_step_round4.md).
+
 The Chebyshev step does its vector work inside the product's last panel, row by row,
 while the row is in cache: the residual, its weighted L1 norm and the next iterate
 cost no extra pass over the block. That is what conjugate gradients cannot do (its
@@ -53,23 +59,145 @@ def _prefetch(typingctx, array, row, col):
     return types.void(array, row, col), codegen
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _add_panel_row(indptr, indices, data, p, i, x, acc):
-    """acc[i] += (row i of panel p of S) x: the gather both passes are made of."""
-    m = x.shape[1]
-    if p == 0:
-        for k in range(m):
-            acc[i, k] = 0.0
-    last = indices.shape[0] - 1
-    line = 64 // x.itemsize  # entries per 64-byte cache line: 8 float64, 16 float32
-    for jj in range(indptr[p, i], indptr[p, i + 1]):
-        ahead = indices[min(jj + PREFETCH_AHEAD, last)]
-        for k in range(0, m, line):  # one hint per line of the row
-            _prefetch(x, ahead, k)
-        j = indices[jj]
-        v = data[jj]
-        for k in range(m):
-            acc[i, k] += v * x[j, k]
+# block widths whose rows are summed in vector registers (`_panel_row_into`); other widths
+# take a loop over the row in memory. 32 is the solver's block (`ppr.block_size_for`), 16
+# and 8 its narrower ones; a call's last block may be narrower still.
+REGISTER_WIDTHS = (8, 16, 32)
+
+
+@intrinsic
+def _panel_row_into(typingctx, indptr, indices, data, x, p, i, out, o, load):
+    """out[o] = (out[o] if load else 0) + sum over row i of panel p of S of data[jj] x[indices[jj]]:
+    the gather every pass is made of, with a prefetch of the row PREFETCH_AHEAD nonzeros on.
+
+    numba's loop `acc[i, k] += v * x[j, k]` over a runtime width loads and stores acc's
+    row for every nonzero (it cannot prove acc and x apart), checks them for overlap and
+    handles a remainder, and LLVM does not turn 32 scalar accumulators into vectors. So
+    the loop is written here in LLVM IR: for a width in REGISTER_WIDTHS the row of sums
+    stays in 256-bit registers (4 float32 or 8 float64 of them at 32), and a nonzero
+    costs a broadcast of its value and, per register, one load of x's row, a multiply
+    and an add; other widths sum into out's row in memory. Both add in the same order
+    as that numba loop, so the sums are bitwise the same. It is an intrinsic rather
+    than an inlined numba function, as those cost reference counting per call (per row).
+    x and out: of data's dtype (float32 or float64), x's width is out's; registers only
+    when both are C-contiguous (any other layout takes the loop in memory).
+    """
+    if not all(isinstance(a, types.Array) for a in (indptr, indices, data, x, out)):
+        return None
+    if not (x.ndim == out.ndim == indptr.ndim == 2 and x.dtype == out.dtype == data.dtype
+            and x.dtype in (types.float32, types.float64)):
+        return None
+    if not (isinstance(indices.dtype, types.Integer) and isinstance(indptr.dtype, types.Integer)):
+        return None
+    sig = types.void(indptr, indices, data, x, p, i, out, o, load)
+
+    def codegen(context, builder, signature, args):
+        t_ptr, t_ind, t_dat, t_x, t_p, t_i, t_out, t_o, t_load = signature.args
+        a_ptr, a_ind, a_dat, a_x, a_out = (context.make_array(t)(context, builder, args[k])
+                                           for k, t in ((0, t_ptr), (1, t_ind), (2, t_dat), (3, t_x), (6, t_out)))
+        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+
+        def const(v):
+            return ir.Constant(i64, v)
+
+        pp, ii, oo = (context.cast(builder, args[k], t, types.intp) for k, t in ((4, t_p), (5, t_i), (7, t_o)))
+        load = context.cast(builder, args[8], t_load, types.boolean)
+        fty = context.get_value_type(t_x.dtype)
+        size = context.get_abi_sizeof(fty)
+
+        def ptr_at(col):
+            item = cgutils.get_item_pointer(context, builder, t_ptr, a_ptr, [pp, col])
+            return context.cast(builder, builder.load(item), t_ptr.dtype, types.intp)
+
+        start, stop = ptr_at(ii), ptr_at(builder.add(ii, const(1)))
+        last = builder.sub(a_ind.nitems, const(1))
+        xbase = builder.bitcast(a_x.data, i8p)
+        xstride = builder.extract_value(a_x.strides, 0)
+        width = builder.extract_value(a_x.shape, 1)
+        pf_ty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        prefetch = builder.module.declare_intrinsic("llvm.prefetch", [i8p], pf_ty)
+
+        def offset(at):  # indices[at] as a byte offset of its row in x
+            j = context.cast(builder, builder.load(builder.gep(a_ind.data, [at])), t_ind.dtype, types.intp)
+            return builder.mul(j, xstride)
+
+        def prefetch_ahead(jj, lines):  # read, keep in all cache levels, data cache
+            ahead = builder.add(jj, const(PREFETCH_AHEAD))
+            ahead = builder.select(builder.icmp_signed("<", ahead, last), ahead, last)
+            row = builder.gep(xbase, [offset(ahead)])
+            for line in lines:
+                builder.call(prefetch, [builder.gep(row, [line]), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                        ir.Constant(i32, 1)])
+
+        def in_registers(w):
+            lanes = 32 // size  # one 256-bit register: 8 float32 or 4 float64
+            vec = ir.VectorType(fty, lanes)
+            out_v = builder.bitcast(cgutils.get_item_pointer(context, builder, t_out, a_out, [oo, const(0)]),
+                                    vec.as_pointer())
+            accs = [cgutils.alloca_once(builder, vec) for _ in range(w // lanes)]  # become registers
+            with builder.if_else(load) as (then, otherwise):
+                with then:
+                    for k, acc in enumerate(accs):
+                        builder.store(builder.load(builder.gep(out_v, [const(k)]), align=size), acc)
+                with otherwise:
+                    for acc in accs:
+                        builder.store(ir.Constant(vec, None), acc)
+            lines = [const(64 * line) for line in range(max(1, w * size // 64))]
+            with cgutils.for_range_slice(builder, start, stop, const(1)) as (jj, _):
+                prefetch_ahead(jj, lines)
+                v = builder.load(builder.gep(a_dat.data, [jj]))
+                vv = builder.insert_element(ir.Constant(vec, None), v, ir.Constant(i32, 0))
+                vv = builder.shuffle_vector(vv, ir.Constant(vec, None), ir.Constant(ir.VectorType(i32, lanes), None))
+                row = builder.bitcast(builder.gep(xbase, [offset(jj)]), vec.as_pointer())
+                for k, acc in enumerate(accs):
+                    xv = builder.load(builder.gep(row, [const(k)]), align=size)
+                    builder.store(builder.fadd(builder.load(acc), builder.fmul(vv, xv)), acc)
+            for k, acc in enumerate(accs):
+                builder.store(builder.load(acc), builder.gep(out_v, [const(k)]), align=size)
+
+        def in_memory():  # any layout: element addresses from the strides
+            def x_at(j, k):
+                return cgutils.get_item_pointer(context, builder, t_x, a_x, [j, k])
+
+            def out_at(k):
+                return cgutils.get_item_pointer(context, builder, t_out, a_out, [oo, k])
+
+            def row_of(at):
+                return context.cast(builder, builder.load(builder.gep(a_ind.data, [at])), t_ind.dtype, types.intp)
+
+            with builder.if_then(builder.not_(load)):
+                with cgutils.for_range(builder, width) as loop:
+                    builder.store(ir.Constant(fty, 0.0), out_at(loop.index))
+            row_bytes = builder.mul(width, const(size)) if t_x.layout == "C" else const(1)
+            with cgutils.for_range_slice(builder, start, stop, const(1)) as (jj, _):
+                ahead = builder.add(jj, const(PREFETCH_AHEAD))
+                ahead = builder.select(builder.icmp_signed("<", ahead, last), ahead, last)
+                row_ahead = builder.bitcast(x_at(row_of(ahead), const(0)), i8p)
+                with cgutils.for_range_slice(builder, const(0), row_bytes, const(64)) as (line, _):
+                    builder.call(prefetch, [builder.gep(row_ahead, [line]), ir.Constant(i32, 0),
+                                            ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                v = builder.load(builder.gep(a_dat.data, [jj]))
+                j = row_of(jj)
+                with cgutils.for_range(builder, width) as loop:
+                    at = out_at(loop.index)
+                    term = builder.fmul(v, builder.load(x_at(j, loop.index)))
+                    builder.store(builder.fadd(builder.load(at), term), at)
+
+        def chain(widths):
+            if not widths:
+                in_memory()
+                return
+            with builder.if_else(builder.icmp_signed("==", width, const(widths[0]))) as (then, otherwise):
+                with then:
+                    in_registers(widths[0])
+                with otherwise:
+                    chain(widths[1:])
+
+        # registers for C-contiguous blocks only (their rows are runs of memory)
+        chain(sorted(REGISTER_WIDTHS, reverse=True) if t_x.layout == t_out.layout == "C" else [])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -79,7 +207,7 @@ def shifted_product(indptr, indices, data, d, x, out):
     n_panels = indptr.shape[0]
     for p in range(n_panels):
         for i in range(n):
-            _add_panel_row(indptr, indices, data, p, i, x, out)
+            _panel_row_into(indptr, indices, data, x, p, i, out, i, p > 0)
             if p == n_panels - 1:
                 for k in range(m):
                     out[i, k] = x[i, k] - d * out[i, k]
@@ -99,7 +227,7 @@ def chebyshev_step(indptr, indices, data, d, x, x_prev, b, weight, gamma, omega,
         l1[k] = 0.0
     for p in range(n_panels):
         for i in range(n):
-            _add_panel_row(indptr, indices, data, p, i, x, r)
+            _panel_row_into(indptr, indices, data, x, p, i, r, i, p > 0)
             if p == n_panels - 1:
                 w = weight[i]
                 for k in range(m):
@@ -117,25 +245,14 @@ def residual_in_place(indptr, indices, data, d, x, weight, r, l1):
     no array of its own for b. d S x is added panel by panel as the product finds it."""
     n, m = x.shape
     n_panels = indptr.shape[0]
-    last = indices.shape[0] - 1
-    line = 64 // x.itemsize
-    acc = np.empty(m, dtype=r.dtype)
+    acc = np.empty((1, m), dtype=r.dtype)
     for k in range(m):
         l1[k] = 0.0
     for p in range(n_panels):
         for i in range(n):
+            _panel_row_into(indptr, indices, data, x, p, i, acc, 0, False)
             for k in range(m):
-                acc[k] = 0.0
-            for jj in range(indptr[p, i], indptr[p, i + 1]):
-                ahead = indices[min(jj + PREFETCH_AHEAD, last)]
-                for k in range(0, m, line):
-                    _prefetch(x, ahead, k)
-                j = indices[jj]
-                v = data[jj]
-                for k in range(m):
-                    acc[k] += v * x[j, k]
-            for k in range(m):
-                r[i, k] += d * acc[k]
+                r[i, k] += d * acc[0, k]
             if p == n_panels - 1:
                 w = weight[i]
                 for k in range(m):

@@ -1,0 +1,175 @@
+"""The JSON lines of retrieval results (retrieval.jsonl and the retrieval checkpoint),
+byte for byte what `json.dumps(row, ensure_ascii=False)` writes, made cheaper.
+
+A retrieval.jsonl line holds 200 ranked passages, each a small object {title,
+corpus_idx, score}; encoding those 200 objects (and building them first) was most of
+what writing a line cost (issue 15: ~0.7 ms of a 16 ms query at MuSiQue scale). Here
+a passage's constant part, `{"title": ..., "corpus_idx": ..., "score": `, is encoded
+once per corpus and each line is joined from those pieces and the scores' reprs,
+which is what the json module writes for a float (`float.__repr__`, or NaN /
+Infinity / -Infinity). Anything that is not the plain shape (a score that is not a
+float, details that would overwrite a line's own keys) goes through `json.dumps`
+itself, so the bytes never depend on which path ran; tests/test_result_lines.py
+compares both on random results.
+"""
+from __future__ import annotations
+
+import json
+import math
+from itertools import repeat
+from operator import add
+from typing import Iterable, Iterator, List, NamedTuple, Sequence
+
+from hipporag2.retrieve.base import RetrievalResult
+
+# keys a retrieval.jsonl line sets before the retriever's details (which may not replace them)
+LINE_KEYS = ("id", "question", "ranked")
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def float_text(x: float) -> str:
+    """What json.dumps writes for a Python float."""
+    if x != x:
+        return "NaN"
+    if x == math.inf:
+        return "Infinity"
+    if x == -math.inf:
+        return "-Infinity"
+    return float.__repr__(x)
+
+
+def _float_texts(xs: Sequence) -> List[str] | None:
+    """json's text of each float in xs, or None when one is not exactly a Python float."""
+    if not set(map(type, xs)) <= {float}:
+        return None
+    out = list(map(float.__repr__, xs))
+    if "n" in "".join(out):  # nan or inf somewhere: json writes NaN, Infinity, -Infinity
+        out = [float_text(x) for x in xs]
+    return out
+
+
+def _int_texts(xs: Sequence) -> List[str] | None:
+    """json's text of each int in xs, or None when one is not exactly an int (a bool is not)."""
+    return list(map(int.__repr__, xs)) if set(map(type, xs)) <= {int} else None
+
+
+def _details_tail(details: dict) -> str:
+    """`, "key": value, ...` of a non-empty details dict, as json.dumps of a row holding them writes it."""
+    return ", " + _dumps(details)[1:-1] if details else ""
+
+
+class RetrievalLines:
+    """retrieval.jsonl lines of one corpus: `line(query, result)` equals
+    `json.dumps(retrieval_row, ensure_ascii=False)` (pipeline.retrieval_rows)."""
+
+    def __init__(self, corpus):
+        self.corpus = corpus
+        self._prefix: List[str] | None = None
+
+    def _prefixes(self) -> List[str]:
+        if self._prefix is None:  # once per corpus: every passage's constant part
+            self._prefix = [
+                '{"title": ' + _dumps(p.title) + ', "corpus_idx": ' + _dumps(p.corpus_idx) + ', "score": '
+                for p in self.corpus.passages
+            ]
+        return self._prefix
+
+    def row(self, query, result: RetrievalResult) -> dict:
+        """The line as a dict (the slow, plain path; `pipeline.retrieval_rows` gives the same)."""
+        passages = self.corpus.passages
+        row = {
+            "id": query.id,
+            "question": query.question,
+            "ranked": [
+                {"title": passages[i].title, "corpus_idx": passages[i].corpus_idx, "score": s}
+                for i, s in zip(result.ranked, result.scores)
+            ],
+        }
+        row.update(result.details)
+        return row
+
+    def line(self, query, result: RetrievalResult, score_texts: Sequence[str] | None = None) -> str:
+        """`score_texts`: json's text of each of result.scores, when the caller has them
+        (`CheckpointBlock.score_texts`: formatting 200 floats is most of a line's cost)."""
+        details = result.details
+        texts = score_texts if score_texts is not None and len(score_texts) == len(result.scores) \
+            else _float_texts(result.scores)
+        if texts is None or len(texts) != len(result.ranked) or type(details) is not dict \
+                or any(k in details for k in LINE_KEYS):
+            return _dumps(self.row(query, result))
+        pre = self._prefixes()
+        # prefix + score text per entry, joined without a Python step per entry (map stops at the shorter, as zip)
+        ranked = "}, ".join(map(add, map(pre.__getitem__, result.ranked), texts))
+        ranked = ranked + "}" if ranked else ranked
+        return ('{"id": ' + _dumps(query.id) + ', "question": ' + _dumps(query.question)
+                + ', "ranked": [' + ranked + "]" + _details_tail(details) + "}")
+
+    def lines(self, queries: Iterable, results: Iterable[RetrievalResult],
+              score_texts: Iterable[Sequence[str] | None] | None = None) -> Iterator[str]:
+        texts = score_texts if score_texts is not None else repeat(None)
+        for q, r, t in zip(queries, results, texts):
+            yield self.line(q, r, t)
+
+
+def checkpoint_row(result: RetrievalResult) -> dict:
+    """One result as the retrieval checkpoint stores it."""
+    return {"id": result.query_id, "ranked": result.ranked, "scores": result.scores, "details": result.details}
+
+
+class CheckpointBlock(NamedTuple):
+    """One block's checkpoint line, its results as read back from that line, and the
+    json text of each result's scores (None where the plain path ran)."""
+
+    text: str
+    results: List[RetrievalResult]
+    score_texts: List[List[str] | None]
+
+
+def checkpoint_block(start: int, results: Sequence[RetrievalResult]) -> CheckpointBlock:
+    """`json.dumps({"start": start, "rows": [checkpoint_row(r), ...]}, ensure_ascii=False)`,
+    and the results as `json.loads` of it gives them back.
+
+    A result of the plain shape (a str id, int passages, finite float scores) reads back
+    as itself: repr of a finite float parses to the same float, an int to the same int,
+    so only its details (tuples become lists, keys strings) are parsed back; any other
+    result goes through json.dumps and json.loads whole."""
+    if type(start) is not int:
+        return _plain_block(start, results)
+    parts, back, texts = [], [], []
+    for r in results:
+        ints, floats = _int_texts(r.ranked), _float_texts(r.scores)
+        if ints is None or floats is None or type(r.query_id) is not str or not _finite(floats):
+            text = _dumps(checkpoint_row(r))
+            parts.append(text)
+            back.append(result_of_checkpoint_row(json.loads(text)))
+            texts.append(None)
+            continue
+        details = _dumps(r.details)
+        parts.append('{"id": ' + _dumps(r.query_id) + ', "ranked": [' + ", ".join(ints) + '], "scores": ['
+                     + ", ".join(floats) + '], "details": ' + details + "}")
+        back.append(RetrievalResult(r.query_id, list(r.ranked), list(r.scores), json.loads(details)))
+        texts.append(floats)
+    return CheckpointBlock('{"start": ' + int.__repr__(start) + ', "rows": [' + ", ".join(parts) + "]}", back, texts)
+
+
+def checkpoint_block_line(start: int, results: Sequence[RetrievalResult]) -> str:
+    """The line alone (`checkpoint_block(...).text`)."""
+    return checkpoint_block(start, results).text
+
+
+def _plain_block(start, results) -> CheckpointBlock:
+    text = _dumps({"start": start, "rows": [checkpoint_row(r) for r in results]})
+    back = [result_of_checkpoint_row(r) for r in json.loads(text)["rows"]]
+    return CheckpointBlock(text, back, [None] * len(back))
+
+
+def _finite(texts: List[str]) -> bool:
+    return "N" not in "".join(texts)  # NaN, Infinity, -Infinity; a finite repr has no capital N
+
+
+def result_of_checkpoint_row(row: dict) -> RetrievalResult:
+    """A checkpoint row read back (`checkpoint_row`'s inverse)."""
+    return RetrievalResult(row["id"], [int(i) for i in row["ranked"]], [float(x) for x in row["scores"]], row["details"])

@@ -1,0 +1,136 @@
+"""retrieval.jsonl and the retrieval checkpoint, encoded from pieces (result_lines), are
+byte for byte what json.dumps writes for the same rows, on random results with the
+awkward values a line can hold."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hipporag2 import atomicio
+from hipporag2.data.loaders import Corpus, Passage, Query
+from hipporag2.pipeline import RetrievalCheckpoint, retrieval_rows, write_retrieval_jsonl
+from hipporag2.result_lines import (RetrievalLines, checkpoint_block, checkpoint_block_line, checkpoint_row, float_text,
+                                    result_of_checkpoint_row)
+from hipporag2.retrieve.base import RetrievalResult
+
+AWKWARD = ['Ünïcødé "quoted"', "back\\slash", "tab\tnew\nline\r", "ctrl\x01\x1f", "emoji \U0001F600", "", "a/b"]
+
+
+def corpus(rng, n=40):
+    return Corpus([Passage(title=f"{AWKWARD[i % len(AWKWARD)]} {i}", text=f"text {i}", corpus_idx=int(rng.integers(0, 10**6)))
+                   for i in range(n)])
+
+
+def random_floats(rng, n):
+    kinds = [lambda: float(rng.random()), lambda: float(np.float32(rng.random())), lambda: 1e-300 * rng.random(),
+             lambda: float(rng.integers(-5, 5)), lambda: 1e22, lambda: -0.0, lambda: 5e-324, lambda: 1 / 3]
+    return [kinds[int(rng.integers(0, len(kinds)))]() for _ in range(n)]
+
+
+def random_result(rng, qid, n_passages):
+    k = int(rng.integers(0, n_passages + 1))
+    ranked = rng.permutation(n_passages)[:k].tolist()
+    scores = random_floats(rng, k)
+    if k and rng.random() < 0.3:
+        scores[0] = scores[-1]  # ties
+    details = {
+        "candidate_facts": [[[AWKWARD[j % 7], "rel", f"o{j}"], s] for j, s in enumerate(random_floats(rng, 5))],
+        "phrase_weights": [[AWKWARD[j % 7], s] for j, s in enumerate(random_floats(rng, 3))],
+        "seed_phrases": [],
+        "fallback": bool(rng.random() < 0.5),
+    }
+    if rng.random() < 0.2:
+        details = {}
+    if rng.random() < 0.2:
+        details["nested"] = {"x": None, 3: [True, False], "y": {"z": 1.5}}
+    return RetrievalResult(qid, ranked, scores, details)
+
+
+def plain_lines(queries, results, c):
+    return [json.dumps(row, ensure_ascii=False) for row in retrieval_rows(queries, results, c)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lines_equal_json_dumps_of_the_rows(seed):
+    rng = np.random.default_rng(seed)
+    c = corpus(rng)
+    queries = [Query(id=f"q{i} {AWKWARD[i % 7]}", question=AWKWARD[(i + 3) % 7] + " ?", gold_passages=[]) for i in range(30)]
+    results = [random_result(rng, q.id, len(c)) for q in queries]
+    ours = list(RetrievalLines(c).lines(queries, results))
+    assert ours == plain_lines(queries, results, c)
+    # the checkpoint line of a block, its read-back, and the lines from the block's score texts
+    for start in (0, 7, 256):
+        block = checkpoint_block(start, results)
+        assert block.text == json.dumps({"start": start, "rows": [checkpoint_row(r) for r in results]}, ensure_ascii=False)
+        assert_read_back(block)
+        assert list(RetrievalLines(c).lines(queries, block.results, block.score_texts)) == ours
+
+
+def assert_read_back(block):
+    """The block's results are what json.loads of its line gives back, value for value and type for type."""
+    want = [result_of_checkpoint_row(r) for r in json.loads(block.text)["rows"]]
+    assert [(r.query_id, r.ranked, r.scores, r.details) for r in block.results] == \
+        [(r.query_id, r.ranked, r.scores, r.details) for r in want]
+    assert [list(map(type, r.ranked + r.scores)) for r in block.results] == [list(map(type, r.ranked + r.scores)) for r in want]
+    assert repr([r.details for r in block.results]) == repr([r.details for r in want])  # lists, not tuples
+
+
+def test_values_the_fast_path_hands_to_json_dumps():
+    """Non-finite scores, numpy floats, ints, bools, details that would replace a line's own
+    keys: each line still equals json.dumps of its row (or fails as json.dumps fails)."""
+    rng = np.random.default_rng(9)
+    c = corpus(rng, 6)
+    q = Query(id="q", question="what?", gold_passages=[])
+    cases = [
+        [math.nan, math.inf, -math.inf, 0.5],
+        [np.float64(0.25), 0.5, np.float64(math.nan)],
+        [1, 0.5, True, 2.0],
+        [0.1, 0.2, 0.3],
+    ]
+    for scores in cases:
+        for details in ({}, {"fallback": True}, {"ranked": "replaced"}, {"id": 3, "x": 1}, {"question": None},
+                        {"facts": [("s", "p", "o")], 2: (1.5, 2)}):
+            for qid in ("q", 7, ("a", 1)):
+                r = RetrievalResult(qid, list(range(len(scores))), scores, details)
+                assert RetrievalLines(c).line(q, r) == plain_lines([q], [r], c)[0]
+                block = checkpoint_block(3, [r])
+                assert block.text == json.dumps({"start": 3, "rows": [checkpoint_row(r)]}, ensure_ascii=False)
+                if not any(isinstance(s, float) and math.isnan(s) for s in scores):  # NaN != NaN
+                    assert_read_back(block)
+    for bad in ([np.float32(0.5)], [np.int64(1)]):  # not JSON: both ways refuse
+        r = RetrievalResult("q", [0], bad, {})
+        with pytest.raises(TypeError):
+            json.dumps(checkpoint_row(r))
+        with pytest.raises(TypeError):
+            checkpoint_block_line(0, [r])
+    r = RetrievalResult("q", [np.int64(0)], [0.5], {})  # a numpy index: retrieval.jsonl does not write it
+    assert RetrievalLines(c).line(q, r) == plain_lines([q], [r], c)[0]
+    with pytest.raises(TypeError):
+        checkpoint_block_line(0, [r])
+    assert [float_text(x) for x in (math.nan, math.inf, -math.inf, 0.1)] == [json.dumps(x) for x in (math.nan, math.inf, -math.inf, 0.1)]
+
+
+def test_written_files_equal_the_plain_writers(tmp_path):
+    rng = np.random.default_rng(3)
+    c = corpus(rng)
+    queries = [Query(id=f"q{i}", question=f"question {AWKWARD[i % 7]}", gold_passages=[]) for i in range(12)]
+    results = [random_result(rng, q.id, len(c)) for q in queries]
+    write_retrieval_jsonl(tmp_path / "fast.jsonl", queries, results, c)
+    atomicio.write_jsonl(tmp_path / "plain.jsonl", retrieval_rows(queries, results, c))
+    assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "plain.jsonl").read_bytes()
+    # the checkpoint: header + one line per block, read back as the values written
+    ids = [q.id for q in queries]
+    ckpt = RetrievalCheckpoint(tmp_path / "partial.jsonl", "key", ids, 5)
+    back = [r for s in range(0, 12, 5) for r in ckpt.append(s, results[s : s + 5])]
+    ckpt.close()
+    log = atomicio.CheckpointLog(tmp_path / "plain_partial.jsonl", ckpt._header())
+    for s in range(0, 12, 5):
+        log.write({"start": s, "rows": [checkpoint_row(r) for r in results[s : s + 5]]})
+    log.close()
+    assert (tmp_path / "partial.jsonl").read_bytes() == (tmp_path / "plain_partial.jsonl").read_bytes()
+    assert [(r.query_id, r.ranked, r.scores, r.details) for r in back] == \
+        [(r.query_id, r.ranked, r.scores, json.loads(json.dumps(r.details))) for r in results]
+    again = RetrievalCheckpoint(tmp_path / "partial.jsonl", "key", ids, 5)
+    assert again.resume() == 12
+    assert [(r.ranked, r.scores, r.details) for r in again.results] == [(r.ranked, r.scores, r.details) for r in back]
