@@ -79,10 +79,22 @@ def write_lines(path: Path | str, lines: Iterable[str]) -> None:
 
 
 def sha256_file(path: Path | str) -> str:
+    """The file's sha256, hashed in one call over a read-only mapping of it.
+
+    hashlib lets go of the GIL while it hashes a large buffer, so one call over the
+    whole file runs beside other Python threads from start to end; hashing 1 MB reads
+    in a loop needs the GIL back after every chunk, and waits for it behind a thread
+    in a long C call (json parsing index.json while the index's files are checked)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        size = os.fstat(f.fileno()).st_size
+        if size < (1 << 20):
+            h.update(f.read())
+        else:
+            import mmap
+
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                h.update(m)
     return h.hexdigest()
 
 

@@ -205,14 +205,17 @@ def provenance(cfg: Config, qpath: Path, cpath: Path, data_files: Optional[Dict[
     }
 
 
-def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool) -> Optional[Index]:
+def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool,
+                   defer: Tuple[str, ...] = ()) -> Optional[Index]:
     """The index at `path` if complete and intact; None if absent. A corrupt one is
-    reported and, when the caller holds the build lock, removed for rebuilding."""
+    reported and, when the caller holds the build lock, removed for rebuilding. The
+    embedding matrices in `defer` (ones the run's retriever does not read) are checked
+    on first read instead (`load_index`)."""
     if not index_exists(path):
         return None
     try:
         with timings.stage("index_load"):
-            return load_index(path)
+            return load_index(path, defer=defer)
     except IndexCorrupt as e:
         if not under_lock:
             return None  # decided again under the lock (another process may be rewriting it)
@@ -231,13 +234,16 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
-    index = _load_verified(path, report, timings, under_lock=False)
+    from hipporag2.retrieve.factory import unread_embeddings
+
+    defer = unread_embeddings(cfg)
+    index = _load_verified(path, report, timings, under_lock=False, defer=defer)
     if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
         # second waits for the lock and then finds the index.
         with FileLock(str(path) + ".lock"):
-            index = _load_verified(path, report, timings, under_lock=True)
+            index = _load_verified(path, report, timings, under_lock=True, defer=defer)
             if index is None:
                 log.info("building index %s", path)
                 with timings.stage("index_build"):

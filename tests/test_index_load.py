@@ -44,3 +44,43 @@ def test_load_round_trip_and_checksum_failures_reported_first(tmp_path):
         load_index(path, verify=False)
     meta.write_bytes(text)
     assert load_index(path).passages == ["p one", "p two"]
+
+
+def test_deferred_matrix_is_checked_on_first_read(tmp_path):
+    """`defer=("phrase",)` (a run that links to facts): the load does not hash the phrase
+    embeddings, but their first read does, and a changed file is never returned; the
+    other files are still checked before the load returns."""
+    path = tmp_path / "index"
+    save_index(_tiny_index(), path)
+    emb = path / "phrase_emb.npy"
+    good = emb.read_bytes()
+    emb.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # a changed value, same size and header
+    got = load_index(path, defer=("phrase",))  # not read yet: the load itself passes
+    assert got.phrases == ["x", "y", "z"] and got.fact_emb.shape == (1, 4)
+    for _ in range(2):  # every read fails, not only the first
+        with pytest.raises(IndexCorrupt, match="phrase_emb.npy: sha256"):
+            got.phrase_emb
+    emb.write_bytes(good)
+    ok = load_index(path, defer=("phrase",))
+    np.testing.assert_array_equal(ok.phrase_emb, _tiny_index().phrase_emb)  # checked, then read
+    ok.phrase_emb = np.zeros((3, 4), np.float32)  # a matrix set in memory needs no check
+    assert not ok.phrase_emb.any()
+    # what is not deferred is checked at load, as before
+    fact = path / "fact_emb.npy"
+    good = fact.read_bytes()
+    fact.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(IndexCorrupt, match="fact_emb.npy: sha256"):
+        load_index(path, defer=("phrase",))
+    with pytest.raises(ValueError, match="defer names embedding matrices"):
+        load_index(path, defer=("edges",))
+
+
+def test_runs_defer_only_the_matrices_their_linking_does_not_read():
+    from hipporag2.config import Config
+    from hipporag2.retrieve.factory import unread_embeddings
+
+    cfg = Config()
+    assert unread_embeddings(cfg) == ("phrase",)  # HippoRAG 2: queries to facts
+    for linking in ("query_to_node", "ner_to_node"):
+        cfg.retrieval.linking = linking
+        assert unread_embeddings(cfg) == ("fact",)

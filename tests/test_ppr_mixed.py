@@ -76,14 +76,15 @@ def prpack(g: ig.Graph, R: np.ndarray, d: float) -> np.ndarray:
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("d", [0.5, 0.85])
-def test_mixed_precision_within_the_bound(shape, d):
+@pytest.mark.parametrize("operator", ["compiled", "numpy"])
+def test_mixed_precision_within_the_bound(shape, d, operator):
     g = SHAPES[shape]
     R = resets(g.vcount(), 40, seed=len(shape))  # a full block of 32 and a partial one
     # prpack on every 8th reset (first: its OpenMP threads compete with BLAS threads that
     # still spin after the solvers' set-up), the float64 path on all
     sub = slice(0, None, 8)
     ref = prpack(g, R[sub], d)
-    mixed = BatchedSolver(g, operator="compiled", n_threads=2)
+    mixed = BatchedSolver(g, operator=operator, n_threads=2)
     calls = counted(mixed, "chebyshev_step32", "residual_in_place")
     got = mixed.solve(R, d)
     assert calls["chebyshev_step32"] > 0 and calls["residual_in_place"] > 0, "the float32 path did not run"
@@ -97,14 +98,15 @@ def test_mixed_precision_within_the_bound(shape, d):
 
 
 @pytest.mark.parametrize("case", ["diverges", "gains too little"])
-def test_float32_stall_hands_over_to_float64(monkeypatch, case):
+@pytest.mark.parametrize("operator", ["compiled", "numpy"])
+def test_float32_stall_hands_over_to_float64(monkeypatch, case, operator):
     """The refinement must notice a float32 round that does not cut the float64 residual
     enough and finish in float64 (`_polish`), still within the bound: a spectral interval
     off the whole spectrum makes the float32 steps diverge (z starts over from 0), and a
     round gain set beyond float32's reach (~1e-7) stands for float32 stalling."""
     g = SHAPES["random"]
     R = resets(g.vcount(), 8, seed=3)
-    solver = BatchedSolver(g, operator="compiled", n_threads=1)
+    solver = BatchedSolver(g, operator=operator, n_threads=1)
     if case == "diverges":
         solver._interval = (0.5, 0.6)
     else:
@@ -134,8 +136,7 @@ def test_more_rounds_when_float32_reaches_less(monkeypatch):
 
 
 def test_operators_without_float32_stay_float64():
-    """An operator that does not declare `mixed_precision` (e.g. a numpy one for small
-    graphs) gets the float64 path, and so does a solver asked for it; same answers."""
+    """An operator that does not declare `mixed_precision` gets the float64 path, and so does a solver asked for it; same answers."""
     g = SHAPES["components"]
     R = resets(g.vcount(), 6, seed=9)
     want = BatchedSolver(g, operator="compiled", n_threads=1).solve(R, 0.5)
@@ -152,7 +153,8 @@ def test_operators_without_float32_stay_float64():
         assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
 
 
-def test_sparse_resets_give_the_dense_answers():
+@pytest.mark.parametrize("operator", ["compiled", "numpy"])
+def test_sparse_resets_give_the_dense_answers(operator):
     """Resets as CSR rows (what the retriever hands over) solve like the same dense
     array: NaN/negative entries cleaned, duplicate entries added (scipy's reading), nodes
     without edges answered from the reset itself, a column slice, d = 0, the sweep path,
@@ -171,7 +173,8 @@ def test_sparse_resets_give_the_dense_answers():
                       shape=R.shape)
     R2 = R.copy()
     R2[2, 9] += 0.75
-    solver = BatchedSolver(g, operator="compiled", n_threads=2)
+    solver = BatchedSolver(g, operator=operator, n_threads=2)
+    assert hasattr(solver.op, "gather_resets_csr")
     for d in (0.5, 0.0):
         want = solver.solve(R2, d)
         got = solver.solve(C, d)

@@ -124,6 +124,55 @@ def test_numpy_operations_against_the_compiled_ones():
     ours.weighted_l1(z, w, l1[0])
     theirs.weighted_l1(z, w, l1[1])
     np.testing.assert_allclose(l1[0], l1[1], rtol=1e-13)
+    # the mixed-precision methods: float32 steps with S's float32 values, float64 residuals
+    theirs.prepare_mixed()
+    ours.prepare_mixed()
+    f = np.float32
+    outs = []
+    for op in (ours, theirs):
+        nxt, r, l1 = x_prev.astype(f), np.empty((na, m), f), np.empty(m)
+        op.chebyshev_step32(0.7, x.astype(f), nxt, b.astype(f), w, 0.9, 1.3, r, l1)
+        outs.append((nxt, r, l1))
+    for a, c in zip(*outs):  # float32 rounding, in two summation orders
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
+    res = []
+    for op in (ours, theirs):
+        r, l1 = b.copy(), np.empty(m)
+        op.residual_in_place(0.7, x, w, r, l1)
+        res.append((r, l1))
+    for a, c in zip(*res):
+        np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(res[0][0], b - ours(x, 0.7), rtol=1e-12, atol=1e-12)  # what it means
+    factor = rng.uniform(0.5, 4.0, m)
+    got = [np.empty((na, m), f), np.empty((na, m), f)]
+    ours.scale_columns(x, factor, got[0])
+    theirs.scale_columns(x, factor, got[1])
+    np.testing.assert_array_equal(got[0], got[1])
+    zs = [z.copy(), z.copy()]
+    ours.add_scaled_columns(zs[0], got[0], factor)
+    theirs.add_scaled_columns(zs[1], got[0], factor)
+    np.testing.assert_allclose(zs[0], zs[1], rtol=1e-15, atol=1e-15)
+    # resets as CSR rows (what the retriever hands over), rows 2..5 of a larger matrix
+    # (absolute offsets, as `ppr.CsrRows`): the same bits as the dense passes
+    C = sp.random(m + 3, n + 3, density=0.1, random_state=4, format="csr")
+    C.data -= 0.3  # negatives, cleaned to 0
+    C.data[3] = np.nan
+    C.sort_indices()
+    dense = C.toarray()[2 : 2 + m]
+    ptr = C.indptr[2 : 2 + m + 1]
+    bs = [np.full((na, m), np.nan) for _ in range(3)]
+    ours.gather_resets_csr(ptr, C.indices, C.data, prep.pos, scale, w, bs[0])
+    theirs.gather_resets_csr(ptr, C.indices, C.data, prep.pos, scale, w, bs[1])
+    ours.gather_resets(dense, prep.pos, scale, w, bs[2])
+    np.testing.assert_array_equal(bs[0], bs[1])
+    np.testing.assert_array_equal(bs[0], bs[2])
+    for j0, width in ((0, n + 3), (n - 10, 13), (5, 20)):
+        got = [np.full((m, width), np.nan) for _ in range(3)]
+        ours.scatter_answers_csr(z, ptr, C.indices, C.data, prep.pos, scale, w, mass, ones, got[0], j0)
+        theirs.scatter_answers_csr(z, ptr, C.indices, C.data, prep.pos, scale, w, mass, ones, got[1], j0)
+        ours.scatter_answers(z, dense, prep.pos, scale, w, mass, ones, got[2], j0)
+        np.testing.assert_array_equal(got[0], got[1])
+        np.testing.assert_array_equal(got[0], got[2])
     # a Fortran-ordered block (the multi-shift CG compacts its blocks that way): same product
     xf = np.asfortranarray(x)
     np.testing.assert_allclose(ours(xf, 0.7), theirs(x, 0.7), rtol=1e-13, atol=1e-13)
@@ -197,3 +246,4 @@ def _repo_root():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1]
+

@@ -16,7 +16,12 @@ Layout of an index folder (written to a temp folder, then renamed into place):
 
 An index folder without a manifest is incomplete and is never used. `load_index`
 verifies every checksum and raises `IndexCorrupt` (naming the file) on a mismatch;
-the pipeline then logs a warning, deletes the folder and rebuilds it.
+the pipeline then logs a warning, deletes the folder and rebuilds it. A caller that
+knows it will not read an embedding matrix may defer its checksum (`load_index(...,
+defer=("phrase",))`: a HippoRAG 2 run links queries to facts and never reads the
+phrase embeddings, a third of the bytes to hash); that matrix is then checked on its
+first read (`Index.phrase_emb`), which raises IndexCorrupt instead of returning a
+changed file's content.
 """
 from __future__ import annotations
 
@@ -112,6 +117,11 @@ class Index:
             self._phrase_index = {p: i for i, p in enumerate(self.phrases)}
         return self._phrase_index
 
+    def _defer_checks(self, path: Path, entries: Dict[str, dict]) -> None:
+        """Embedding matrices (by EMB_NAMES) whose files are checked against these
+        manifest entries on first read instead of at load (`load_index(defer=...)`)."""
+        self.__dict__["_unchecked"] = {name: (path, entry) for name, entry in entries.items()}
+
     def graph(self):
         """The igraph graph (vertices: phrases sorted by text, then passages)."""
         if self._graph is None:
@@ -121,6 +131,32 @@ class Index:
             names = [phrase_id(p) for p in self.phrases] + [passage_id(p) for p in self.passages]
             self._graph = to_igraph(self.edges, names=names, contents=self.phrases + self.passages)
         return self._graph
+
+
+def _checked_matrix(name: str) -> property:
+    """`Index.<name>_emb`: the matrix, its file's checksum verified first if the load
+    deferred it (the check is kept until it passes: a failed one fails every read)."""
+    key = f"_{name}_emb"
+
+    def get(self):
+        unchecked = self.__dict__.get("_unchecked")
+        if unchecked and name in unchecked:
+            path, entry = unchecked[name]
+            check_file(path, f"{name}_emb.npy", entry)
+            unchecked.pop(name, None)
+        return self.__dict__[key]
+
+    def put(self, value):
+        self.__dict__[key] = value
+        unchecked = self.__dict__.get("_unchecked")
+        if unchecked:
+            unchecked.pop(name, None)  # a matrix set in memory is not the file's content
+
+    return property(get, put, doc=f"The {name} embeddings (float32, L2-normalised rows).")
+
+
+for _name in EMB_NAMES:
+    setattr(Index, f"{_name}_emb", _checked_matrix(_name))
 
 
 MANIFEST = "manifest.json"
@@ -270,8 +306,10 @@ def save_index(index: Index, path: Path | str) -> None:
 FILES = ("index.json", "edges.npz", "passage_emb.npy", "phrase_emb.npy", "fact_emb.npy", "graph_stats.json")
 
 
-def verify_index(path: Path | str) -> None:
-    """Raise IndexCorrupt unless every file matches the manifest (size, then sha256)."""
+def verify_index(path: Path | str, defer: Tuple[str, ...] = ()) -> Dict[str, dict]:
+    """Raise IndexCorrupt unless every file matches the manifest (size, then sha256),
+    except the files of the embedding matrices named in `defer` (EMB_NAMES) that are
+    one file each: their manifest entries are returned, for `check_file` later."""
     path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
@@ -282,29 +320,45 @@ def verify_index(path: Path | str) -> None:
     for name in FILES:
         if not isinstance(files.get(name), dict):
             raise IndexCorrupt(path, MANIFEST, f"no entry for {name}")
+    rows = manifest.get("rows") or {}
+    later = {}
+    for emb in defer:
+        if emb not in EMB_NAMES:
+            raise ValueError(f"defer names embedding matrices {EMB_NAMES}, got {emb!r}")
+        if not (rows.get(emb) or {}).get("order"):  # a segmented matrix is read whole at load: checked now
+            later[emb] = f"{emb}_emb.npy"
     for name, entry in files.items():
         if not isinstance(entry, dict):
             raise IndexCorrupt(path, MANIFEST, f"no entry for {name}")
-        f = path / name
-        try:
-            size = f.stat().st_size
-            if size != entry.get("bytes"):
-                raise IndexCorrupt(path, name, f"{size} bytes, the manifest says {entry.get('bytes')}")
-            actual = sha256_file(f)
-        except OSError as e:
-            raise IndexCorrupt(path, name, f"unreadable ({e.strerror or e})") from None
-        if actual != entry.get("sha256"):
-            raise IndexCorrupt(path, name, f"sha256 {actual[:12]}... does not match the manifest's {str(entry.get('sha256'))[:12]}...")
+        if name not in later.values():
+            check_file(path, name, entry)
+    return {emb: files[name] for emb, name in later.items()}
 
 
-def load_index(path: Path | str, verify: bool = True) -> Index:
+def check_file(path: Path, name: str, entry: dict) -> None:
+    """Raise IndexCorrupt unless file `name` of the index at `path` matches its manifest entry."""
+    f = Path(path) / name
+    try:
+        size = f.stat().st_size
+        if size != entry.get("bytes"):
+            raise IndexCorrupt(path, name, f"{size} bytes, the manifest says {entry.get('bytes')}")
+        actual = sha256_file(f)
+    except OSError as e:
+        raise IndexCorrupt(path, name, f"unreadable ({e.strerror or e})") from None
+    if actual != entry.get("sha256"):
+        raise IndexCorrupt(path, name, f"sha256 {actual[:12]}... does not match the manifest's {str(entry.get('sha256'))[:12]}...")
+
+
+def load_index(path: Path | str, verify: bool = True, defer: Tuple[str, ...] = ()) -> Index:
     """Load a complete index; IndexCorrupt when a file fails its checksum or cannot be parsed.
 
     The checksums are computed in a second thread while this one parses index.json
-    (hashlib releases the GIL, json does not): on the shared MuSiQue set that hides most
-    of the ~60 MB of hashing behind the parse. Nothing is returned before every file
-    has passed, and a file that fails its checksum is what is reported, even when
-    the parse failed too.
+    (hashlib releases the GIL for a whole file, `sha256_file`; json does not). Nothing
+    is returned before every file has passed, and a file that fails its checksum is
+    what is reported, even when the parse failed too. The embedding matrices named in
+    `defer` (EMB_NAMES, e.g. ("phrase",) for a caller that will not read them) are
+    the exception: each is checked on its first read from the returned Index instead
+    (see the module docstring), so their hashing is not paid unless they are read.
     """
     path = Path(path)
     if not verify:
@@ -312,13 +366,15 @@ def load_index(path: Path | str, verify: bool = True) -> Index:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        checked = pool.submit(verify_index, path)
+        checked = pool.submit(verify_index, path, tuple(defer))
         try:
             index = _read_index(path)
         except IndexCorrupt as e:
             checked.result()  # a checksum failure names the file: report that first
             raise e
-        checked.result()
+        later = checked.result()
+    if later:
+        index._defer_checks(path, later)
     return index
 
 

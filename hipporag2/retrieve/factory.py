@@ -8,7 +8,7 @@ method behaves the same whichever way it is run. A new method = one builder func
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,6 +27,22 @@ class RetrieverParts:
     index: Any = None
     passage_emb: Optional[np.ndarray] = None
     llm: Any = None
+
+
+def unread_embeddings(cfg: Config) -> Tuple[str, ...]:
+    """The index's embedding matrices (`graph.store.EMB_NAMES`) that the configured
+    graph retriever never reads: the pipeline defers their checksums to a first read
+    (`graph.store.load_index(defer=...)`), so a HippoRAG 2 run does not hash the
+    phrase embeddings (a third of the index's bytes) it has no use for. A matrix named
+    here that is read after all is still checked before its content is returned.
+    Passages are read by every graph method (dense scores); facts by triple linking;
+    phrases by node and NER linking."""
+    linking = cfg.retrieval.linking
+    if linking == "query_to_triple":
+        return ("phrase",)
+    if linking in ("query_to_node", "ner_to_node"):
+        return ("fact",)
+    return ()
 
 
 def build_retriever(parts: RetrieverParts):

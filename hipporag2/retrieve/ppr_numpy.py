@@ -11,9 +11,15 @@ scipy's CSR times dense block (compiled C; `csr_matvecs` adds into its output, w
 saves numpy's temporaries and passes) and numpy's array passes, and never imports
 numba. The passes in and out of the block and the residual are element-wise in the
 compiled loops' order (the same bits); the next iterate and the L1 norms round
-differently (another summation order, far inside the solver's bound). It is float64
-only (no `mixed_precision`: the solver's float64 Chebyshev path), and uses the plain
-CSR matrix S, not the panels, which only help the compiled gathers stay in cache.
+differently (another summation order, far inside the solver's bound). It uses the
+plain CSR matrix S, not the panels, which only help the compiled gathers stay in cache.
+
+Like the compiled operator it has the mixed-precision methods (`mixed_precision`:
+`BatchedSolver._refine` runs the Chebyshev steps in float32 and accepts only by the
+float64 residual, the same 1e-11 bound): scipy's product on float32 blocks with S's
+values in float32 cost ~0.3 of the float64 one per column on the shared set's graph
+(the block's gathered rows are half the bytes and stay in cache), and each float32
+pass moves half the bytes.
 
 Which one a solver uses is decided by `ppr.choose_operator` from the size of S.
 """
@@ -55,28 +61,40 @@ class NumpyOperator:
         self._scaled = {}  # d -> S's values times d, see `_scaled_data`
         self._diag = np.arange(self.n_active + 1, dtype=self.S.indices.dtype)  # I's indptr and indices
         self._local = threading.local()  # one scratch block per thread (the solver runs one block per thread)
+        self._lock = threading.Lock()  # the solver's threads share the caches of scaled values
+        self._rows = {}  # (n, index dtype) -> 0..n, see `_rows_of`
+
+    # the solver runs its Chebyshev bulk in float32 on this operator too (`BatchedSolver._refine`)
+    mixed_precision = True
+
+    def prepare_mixed(self) -> None:
+        """Nothing to prepare: S's float32 values are made per damping on first use."""
 
     def _check_pos(self, pos) -> None:
         if pos is not self.pos and not np.array_equal(pos, self.pos):
             raise ValueError("NumpyOperator was built for another node order")
 
-    def _scaled_data(self, d: float) -> np.ndarray:
-        """S's values times d (one array of nnz per d: a solve uses d, and -d to check)."""
-        data = self._scaled.get(d)
+    def _scaled_data(self, d: float, dtype=np.float64) -> np.ndarray:
+        """S's values times d, in `dtype` (one array of nnz per d and dtype: a solve uses
+        d, and -d to check; the float32 ones are the float64 products rounded)."""
+        key = (d, np.dtype(dtype).char)
+        data = self._scaled.get(key)
         if data is None:
-            if len(self._scaled) >= 4:
-                self._scaled.clear()
-            data = self._scaled[d] = np.asarray(self.S.data, dtype=np.float64) * d
+            with self._lock:
+                if len(self._scaled) >= 8:
+                    self._scaled.clear()
+                data = (np.asarray(self.S.data, dtype=np.float64) * d).astype(dtype, copy=False)
+                self._scaled[key] = data
         return data
 
     def _axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
         """y += a x in one pass, as a product with a I (numpy needs a temporary and two
         passes; BLAS's daxpy would start OpenBLAS's threads beside the solver's own)."""
         n, m = x.shape
-        if _csr_matvecs is None or not (x.flags.c_contiguous and y.flags.c_contiguous):
+        if _csr_matvecs is None or not (x.flags.c_contiguous and y.flags.c_contiguous) or x.dtype != y.dtype:
             y += a * x
             return
-        _csr_matvecs(n, n, m, self._diag, self._diag, np.full(n, a), x.ravel(), y.ravel())
+        _csr_matvecs(n, n, m, self._diag, self._diag, np.full(n, a, dtype=y.dtype), x.ravel(), y.ravel())
 
     def add_product(self, x: np.ndarray, d: float, out: np.ndarray) -> None:
         """out += d S x, in place (float64 blocks, out not x).
@@ -90,7 +108,7 @@ class NumpyOperator:
             return
         S = self.S
         n, m = x.shape
-        _csr_matvecs(n, n, m, S.indptr, S.indices, self._scaled_data(float(d)), x.ravel(), out.ravel())
+        _csr_matvecs(n, n, m, S.indptr, S.indices, self._scaled_data(float(d), out.dtype), x.ravel(), out.ravel())
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
         """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
@@ -106,21 +124,48 @@ class NumpyOperator:
         column, x_prev = omega (x + gamma r - x_prev) + x_prev (the next iterate)."""
         np.subtract(b, x, out=r)
         self.add_product(x, d, r)  # (b - x) + d S x
-        t = self._scratch(x.shape)
+        t = self._scratch(x.shape, r.dtype)
         np.abs(r, out=t)
         self._weighted_sum(t, weight, l1)
         # omega (x + gamma r - x_prev) + x_prev as three in-place passes over the block
-        x_prev *= 1.0 - float(omega)
+        x_prev *= x_prev.dtype.type(1.0 - float(omega))
         self._axpy(float(omega), x, x_prev)
         self._axpy(float(omega) * float(gamma), r, x_prev)
 
-    def _scratch(self, shape) -> np.ndarray:
-        """This thread's scratch block of `shape` (reused: fresh pages are slow on VMs)."""
+    def chebyshev_step32(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:
+        """`chebyshev_step` on float32 blocks with S's values in float32, in float32
+        arithmetic (l1 too: it only says when a float32 round may stop; the float64
+        residual of `residual_in_place` is what accepts an answer)."""
+        self.chebyshev_step(d, x, x_prev, b, weight, gamma, omega, r, l1)
+
+    def residual_in_place(self, d, x, weight, r, l1) -> None:
+        """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
+        and its weighted L1 norms (`_Operator.residual_in_place`)."""
+        r -= x
+        self.add_product(x, d, r)
+        t = self._scratch(x.shape, np.float64)
+        np.abs(r, out=t)
+        self._weighted_sum(t, weight, l1)
+
+    def scale_columns(self, src, factor, dst) -> None:
+        """dst[i, k] = src[i, k] * factor[k], cast to dst's dtype (float64 <-> float32)."""
+        np.multiply(src, np.asarray(factor, dtype=np.float64), out=dst, casting="same_kind")
+
+    def add_scaled_columns(self, z, c, factor) -> None:
+        """z[i, k] += c[i, k] * factor[k] in z's dtype (a float32 correction into the float64 answer)."""
+        t = self._scratch(z.shape, z.dtype)
+        np.multiply(c, np.asarray(factor, dtype=np.float64), out=t, casting="same_kind")
+        z += t
+
+    def _scratch(self, shape, dtype=np.float64) -> np.ndarray:
+        """This thread's scratch block of `shape` and `dtype` (reused: fresh pages are
+        slow on VMs; a float32 block uses the front of the same memory)."""
         buf = getattr(self._local, "buf", None)
         size = int(np.prod(shape))
-        if buf is None or buf.size < size:
-            buf = self._local.buf = np.empty(size)
-        return buf[:size].reshape(shape)
+        nbytes = size * np.dtype(dtype).itemsize
+        if buf is None or buf.nbytes < nbytes:
+            buf = self._local.buf = np.empty((nbytes + 7) // 8)
+        return buf.view(np.uint8)[:nbytes].view(dtype).reshape(shape)
 
     def clean_sums(self, R, sums) -> None:
         """sums[k] = sum_j clean(R[k, j]) (NaN and negatives count 0), a few rows at a time."""
@@ -161,8 +206,80 @@ class NumpyOperator:
         out[:, ~act] = rest / div * fac
 
     def add_components(self, z, component, value, coef) -> None:
-        """z += V coef, V with the single nonzero value[i] in row i, column component[i]."""
-        z += np.asarray(value)[:, None] * np.asarray(coef)[component]
+        """z += V coef, V with the single nonzero value[i] in row i, column component[i]:
+        one product with V as CSR (one pass over z, in the compiled loop's order: the
+        same bits), where numpy's `value[:, None] * coef[component]` would make two
+        block-sized temporaries (measured 6 ms per call at 18k x 16, most of a step)."""
+        coef = np.ascontiguousarray(coef, dtype=z.dtype)
+        value = np.asarray(value)
+        component = np.asarray(component)
+        n, m = z.shape
+        if (_csr_matvecs is None or not z.flags.c_contiguous or value.dtype != z.dtype
+                or component.dtype not in (np.int32, np.int64)):
+            z += value[:, None] * coef[component]
+            return
+        rows = self._rows_of(n, component.dtype)
+        _csr_matvecs(n, coef.shape[0], m, rows, component, value, coef.ravel(), z.ravel())
+
+    def _rows_of(self, n: int, dtype) -> np.ndarray:
+        """0, 1, ..., n: the indptr of a matrix with one nonzero per row (cached)."""
+        key = (n, np.dtype(dtype).char)
+        got = self._rows.get(key)
+        if got is None:
+            got = self._rows[key] = np.arange(n + 1, dtype=dtype)
+        return got
+
+    def gather_resets_csr(self, indptr, indices, data, pos, scale, sqrt_deg, b) -> None:
+        """`gather_resets` for CSR rows (canonical: sorted, no duplicates; `indptr` holds
+        absolute offsets into indices and data, as `ppr.CsrRows`); b is zeroed first.
+        The solver then never densifies a block of resets (m x all nodes) to read it."""
+        self._check_pos(pos)
+        indptr = np.asarray(indptr)
+        lo, hi = int(indptr[0]), int(indptr[-1])
+        m = len(indptr) - 1
+        node = np.asarray(indices[lo:hi])
+        col = np.repeat(np.arange(m), np.diff(indptr))
+        row = self.pos[node]
+        keep = row < self.n_active
+        row, col = row[keep], col[keep]
+        v = np.fmax(np.asarray(data[lo:hi])[keep], 0.0)  # NaN and negatives -> 0
+        v /= np.asarray(scale)[col]
+        v /= np.asarray(sqrt_deg)[row]
+        b.fill(0.0)
+        b[row, col] = v
+
+    def scatter_answers_csr(self, z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0) -> None:
+        """`scatter_answers` for CSR resets: nodes with edges from z, then the reset's own
+        entries at nodes without edges (where y = u; 0 where the reset has no entry)."""
+        self._check_pos(pos)
+        w = out.shape[1]
+        p = self.pos[j0 : j0 + w]
+        act = p < self.n_active
+        div, fac = np.asarray(divisor)[:, None], np.asarray(factor)[:, None]
+        if act.all():
+            y = z[p] * np.asarray(sqrt_deg)[p, None]  # (w, m)
+            np.fmax(y, 0.0, out=y)  # round-off below 0 (and NaN) -> 0
+            np.divide(y.T, div, out=out)
+            out *= fac
+            return
+        pa = p[act]
+        y = z[pa] * np.asarray(sqrt_deg)[pa, None]
+        np.fmax(y, 0.0, out=y)
+        out[:, act] = y.T / div * fac
+        out[:, ~act] = 0.0
+        indptr = np.asarray(indptr)
+        lo, hi = int(indptr[0]), int(indptr[-1])
+        node = np.asarray(indices[lo:hi])
+        k = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        inside = (node >= j0) & (node < j0 + w)
+        node, k = node[inside], k[inside]
+        rest = self.pos[node] >= self.n_active
+        node, k = node[rest], k[rest]
+        v = np.fmax(np.asarray(data[lo:hi])[inside][rest], 0.0)
+        v /= np.asarray(scale)[k]
+        v /= np.asarray(divisor)[k]
+        v *= np.asarray(factor)[k]
+        out[k, node - j0] = v
 
     def weighted_l1(self, x, weight, out) -> None:
         """out[k] = sum_i weight_i |x_ik|."""
@@ -171,11 +288,21 @@ class NumpyOperator:
     def _weighted_sum(self, a, weight, out) -> None:
         """out = weight . a (columns of a), as a one-row CSR product: a BLAS gemv would
         start OpenBLAS's threads, measured 2-12 ms instead of 0.2 for one 18k x 32 block
-        on the loaded 2-core machine (the solver runs its own threads, one per block)."""
-        if self._weight is None or self._weight[0] is not weight:
+        on the loaded 2-core machine (the solver runs its own threads, one per block).
+        A float32 block is summed in float32 (with the weights rounded to float32)."""
+        cached = self._weight
+        if cached is None or cached[0] is not weight:
             w = np.asarray(weight, dtype=np.float64)
-            self._weight = (weight, sp.csr_matrix((w, np.arange(len(w)), [0, len(w)]), shape=(1, len(w))))
-        out[...] = (self._weight[1] @ a)[0]
+            cached = self._weight = (weight, w, w.astype(np.float32), np.arange(len(w) + 1, dtype=np.int64)[[0, -1]],
+                                     np.arange(len(w), dtype=np.int64))
+        _, w64, w32, indptr, indices = cached
+        n, m = a.shape
+        if _csr_matvecs is None or not a.flags.c_contiguous:
+            out[...] = (sp.csr_matrix((w64, indices, indptr), shape=(1, n)) @ a)[0]
+            return
+        acc = np.zeros(m, dtype=a.dtype)
+        _csr_matvecs(1, n, m, indptr, indices, w32 if a.dtype == np.float32 else w64, a.ravel(), acc)
+        out[...] = acc
 
 
 class TieredOperator:
@@ -184,8 +311,8 @@ class TieredOperator:
 
     The numpy operations cost ~2 ms more CPU per query than the compiled ones on the
     shared MuSiQue set's graph, growing with S's nonzeros, while numba costs a process
-    ~0.4 CPU s once (`ppr.choose_operator` has the measurements). Counting queries x nonzeros solved (each block of resets
-    passes through `gather_resets` once, dense or CSR resets alike), the solver switches when that
+    ~0.4 CPU s once (`ppr.choose_operator` has the measurements). Counting queries x nonzeros solved (the
+    solver announces each block, `start_block`), it switches when that
     work reaches `budget`, about the work whose extra cost equals the start-up: a run
     never pays more than about twice what the better choice in hindsight would have.
     The two operators compute the same operations on the solver's arrays and keep no
@@ -200,6 +327,14 @@ class TieredOperator:
         self.budget = float(budget)
         self.work = 0.0  # queries x nonzeros solved so far
         self._lock = threading.Lock()
+        self._mixed_prepared = False
+
+    # both operators have the mixed-precision methods (`BatchedSolver._refine`)
+    mixed_precision = True
+
+    def prepare_mixed(self) -> None:
+        self._mixed_prepared = True
+        self._op.prepare_mixed()
 
     @property
     def name(self) -> str:
@@ -209,22 +344,48 @@ class TieredOperator:
     def clean_sums(self, R, sums) -> None:
         self._op.clean_sums(R, sums)
 
-    def gather_resets(self, R, pos, scale, sqrt_deg, b) -> None:
-        """Each block of resets enters here once, so the work is counted here."""
+    def start_block(self, queries: int) -> None:
+        """The solver calls this once per block of `queries` resets, before the block's
+        first operation: the work is counted here, and past the budget the compiled
+        loops take over (the mixed-precision path gathers a block's resets more than
+        once, so the gathers cannot count)."""
         with self._lock:
             if self._op is self._numpy:
-                self.work += float(b.shape[1]) * float(self.S.nnz)
+                self.work += float(queries) * float(self.S.nnz)
                 if self.work > self.budget:
                     from hipporag2.retrieve.ppr import _Operator  # numba from here on
 
-                    self._op = _Operator(self.S, self._panels)
-        self._op.gather_resets(R, pos, scale, sqrt_deg, b)
+                    compiled = _Operator(self.S, self._panels)
+                    if self._mixed_prepared:  # this solve's float32 steps go on there
+                        compiled.prepare_mixed()
+                    self._op = compiled
+
+    def gather_resets(self, *args) -> None:
+        self._op.gather_resets(*args)
+
+    def gather_resets_csr(self, *args) -> None:
+        self._op.gather_resets_csr(*args)
+
+    def scatter_answers_csr(self, *args) -> None:
+        self._op.scatter_answers_csr(*args)
 
     def __call__(self, x, d, out=None):
         return self._op(x, d, out)
 
     def chebyshev_step(self, *args) -> None:
         self._op.chebyshev_step(*args)
+
+    def chebyshev_step32(self, *args) -> None:
+        self._op.chebyshev_step32(*args)
+
+    def residual_in_place(self, *args) -> None:
+        self._op.residual_in_place(*args)
+
+    def scale_columns(self, *args) -> None:
+        self._op.scale_columns(*args)
+
+    def add_scaled_columns(self, *args) -> None:
+        self._op.add_scaled_columns(*args)
 
     def scatter_answers(self, *args) -> None:
         self._op.scatter_answers(*args)

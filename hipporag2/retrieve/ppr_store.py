@@ -1,6 +1,6 @@
 """The batched PPR solver's one-off preparation, saved beside an index and loaded back.
 
-Preparing a MuSiQue-sized graph for `BatchedSolver` (the operator S in degree order
+Preparing a MuSiQue-sized graph for `BatchedSolver` (the operator S in the solver's node order
 and in panels, the components, the spectral interval by Lanczos) takes seconds that
 every run would pay again: at full scale ~1 s for the operator and ~4 s for the
 interval, more than a hundred queries' PPR. It depends only on the edges the solver
@@ -32,7 +32,8 @@ from hipporag2.retrieve.ppr_panels import Panels
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+# 2: nodes in reverse Cuthill-McKee order (`ppr.node_order`), was decreasing degree
+FORMAT = 2
 ARRAYS = ("pos", "sqrt_deg", "S_indptr", "S_indices", "S_data", "panel_indptr", "panel_indices", "panel_data",
           "comp_of", "comp_val")
 
