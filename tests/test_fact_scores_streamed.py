@@ -1,4 +1,4 @@
-"""Fact candidates of a large block, streamed chunk by chunk (scoring._streamed_product),
+"""Fact candidates of a large block, streamed chunk by chunk (scoring.min_max_top_k_streamed),
 equal the plain way's (each piece's whole score rows, then min_max_top_k): the same
 indices, float32 scores and ties, on random products and on designed score rows that
 reach every fallback (NaN, many raw ties at the top, distinct raw values that
@@ -6,7 +6,7 @@ normalise alike)."""
 import numpy as np
 import pytest
 
-from hipporag2.retrieve.scoring import (_piecewise_product, _streamed_product, min_max_rows, min_max_top_k,
+from hipporag2.retrieve.scoring import (min_max_top_k_pieces, min_max_top_k_streamed, min_max_rows, min_max_top_k,
                                         min_max_top_k_product, rank_desc)
 
 
@@ -45,13 +45,13 @@ def test_designed_rows_equal_normalising_and_sorting_everything(k):
     E = np.eye(n, dtype=np.float32)
     full = min_max_rows(X)
     for rows, chunk in [(1, 64), (5, 600), (4, 37), (12, 1)]:
-        got = _streamed_product(X, E, k, rows, chunk * n * 4)
-        assert same(got, _piecewise_product(X, E, k, rows, chunk * n * 4))
+        got = min_max_top_k_streamed(X, E, k, rows, chunk * n * 4)
+        assert same(got, min_max_top_k_pieces(X, E, k, rows, chunk * n * 4))
         for r in range(len(X)):
             want = rank_desc(full[r])[: min(k, n)]
             np.testing.assert_array_equal(got[0][r], want)
             np.testing.assert_array_equal(got[1][r], full[r][want])
-    assert same(min_max_top_k(X, k), _streamed_product(X, E, k, 3, 50 * n * 4))
+    assert same(min_max_top_k(X, k), min_max_top_k_streamed(X, E, k, 3, 50 * n * 4))
 
 
 def test_every_fallback_is_reached():
@@ -87,7 +87,7 @@ def test_random_products_equal_the_plain_way(dtype):
         for rows, chunk_rows in [(7, 100), (32, 512), (1, 3000), (69, 999)]:
             cb = chunk_rows * 16 * np.dtype(dtype).itemsize
             for k in (1, 5, 40):
-                assert same(_streamed_product(q, emb, k, rows, cb), _piecewise_product(q, emb, k, rows, cb))
+                assert same(min_max_top_k_streamed(q, emb, k, rows, cb), min_max_top_k_pieces(q, emb, k, rows, cb))
     # the public entry: large blocks stream, and give the plain way's answer
     assert same(min_max_top_k_product(q, E, 5, rows=10, chunk_bytes=100 * 16 * np.dtype(dtype).itemsize),
-                _piecewise_product(q, E, 5, 10, 100 * 16 * np.dtype(dtype).itemsize))
+                min_max_top_k_pieces(q, E, 5, 10, 100 * 16 * np.dtype(dtype).itemsize))

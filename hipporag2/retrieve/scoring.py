@@ -137,7 +137,7 @@ def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | No
     memory-mapped `emb` are handed back after their chunk (`mapped_pages.release_rows`),
     so the process holds a chunk of the embeddings, not all of them. The chunk's
     scores of a group of pieces (up to 32 MB) are folded into each row's running
-    min, max and top candidates as they are made (`_streamed_product`), so each chunk
+    min, max and top candidates as they are made (`min_max_top_k_streamed`), so each chunk
     of embeddings is read once per group, not once per piece, and no row's scores are
     kept whole. At MuSiQue scale that is 22 MB of scores + 32 MB of embeddings instead
     of 150 MB of scores (256 queries x 147k facts) + 225 MB of embeddings.
@@ -158,8 +158,8 @@ def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | No
     if n_q <= rows:
         return min_max_top_k(q @ np.asarray(E).T, k)
     if np.issubdtype(np.result_type(q.dtype, E.dtype), np.floating) and 0 < min(int(k), n):
-        return _streamed_product(q, E, int(k), rows, chunk_bytes)
-    return _piecewise_product(q, E, k, rows, chunk_bytes)
+        return min_max_top_k_streamed(q, E, int(k), rows, chunk_bytes)
+    return min_max_top_k_pieces(q, E, k, rows, chunk_bytes)
 
 
 def _chunk_rows(E, chunk_bytes: int) -> int:
@@ -179,7 +179,7 @@ def _piece_scores(piece: np.ndarray, E, step: int, out: np.ndarray) -> np.ndarra
     return out
 
 
-def _piecewise_product(q, E, k, rows, chunk_bytes):
+def min_max_top_k_pieces(q: np.ndarray, E: np.ndarray, k: int, rows: int, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """Each piece's whole score rows, then `min_max_top_k` of them (the plain way)."""
     n, n_q = E.shape[0], q.shape[0]
     step = _chunk_rows(E, chunk_bytes)
@@ -191,8 +191,8 @@ def _piecewise_product(q, E, k, rows, chunk_bytes):
     return np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
 
 
-def _streamed_product(q, E, k, rows, chunk_bytes):
-    """`_piecewise_product`'s answer (the same products, so the same raw scores; the
+def min_max_top_k_streamed(q: np.ndarray, E: np.ndarray, k: int, rows: int, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`min_max_top_k_pieces`'s answer (the same products, so the same raw scores; the
     same candidates, scores and ties), with each chunk of embedding rows read once for
     a group of pieces instead of once per piece, and the scores folded into a small
     per-row state as each chunk is made (`scoring_kernels.stream_top_k_rows`) instead of
