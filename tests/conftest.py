@@ -38,6 +38,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def worker_threads() -> int:
+    """OpenMP/BLAS threads for one test process: its share of the cores.
+
+    Under `make test` two xdist workers share the machine's cores. torch (MiniLM, the
+    transformers backend) and OpenMP would otherwise start one thread per core in EACH
+    worker, and on 2 cores the two workers' threads then wait for each other: OpenMP's
+    threads spin while a partner is descheduled (the shared set's MiniLM embedding took
+    795 s beside the vLLM module, 224 s alone, and burned CPU doing it). So a worker
+    gets cores // workers threads, and idle OpenMP threads sleep instead of spinning.
+    A plain (one-process) run keeps every default. Set before torch is imported; the
+    children the tests start inherit it (most set OMP_NUM_THREADS=1 themselves)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers) if workers > 1 else 0
+
+
+_THREADS = worker_threads()
+if _THREADS:
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_THREADS))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     needed = [SHARED_DATA / "musique_train.json", SHARED_DATA / "musique_train_corpus.json", MUSIQUE_OPENIE]

@@ -85,6 +85,11 @@ def _engine_env(core: Optional[int] = None) -> Dict[str, str]:
         # The worker's one OpenMP thread on this core (vLLM's "auto" puts every engine's
         # worker on the first core, so two lanes' engines would share it).
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))
+    # numba keeps its on-disk cache beside the sources (hipporag2/**/__pycache__), which
+    # both environments share (editable installs). vllm-cpu pins another numba, and numba
+    # drops a cache index written by another version: without a folder of its own, every
+    # run here would recompile the kernels and leave the main .venv to recompile them too.
+    env.setdefault("NUMBA_CACHE_DIR", str(VLLM_VENV / "numba_cache"))
     env.pop("PYTHONPATH", None)
     return env
 
