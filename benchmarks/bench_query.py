@@ -14,8 +14,8 @@ clustered phrase embeddings), three fresh child processes:
     preparation loaded; prpack: the igraph graph built). Then the queries run in
     blocks of 256, batched and prpack interleaved block by block (prpack on every
     `--ref-every`-th query of the block), each block timed by stage: dense scores,
-    fact linking (scores, candidates, seeds), PPR, resets and ranking, and writing
-    the retrieval.jsonl lines. Encoding is excluded: `QueryVectors` hands out
+    fact linking (scores, candidates, seeds), PPR, resets and ranking, and the
+    checkpoint and retrieval.jsonl lines (as `pipeline` makes them). Encoding is excluded: `QueryVectors` hands out
     precomputed query vectors. Per-query times are medians over the blocks; the load
     average is recorded beside each block. Every prpack query's top-200 is compared
     with batched's: exactly, and up to near-ties in prpack's scores.
@@ -146,31 +146,37 @@ class TimedSolver:
             self.seconds += time.perf_counter() - t
 
 
-def run_block(retriever, block, out_file, corpus):
-    """`GraphRetriever.retrieve` for one block, stage by stage (the same calls it makes)."""
-    from hipporag2.pipeline import retrieval_rows
+def run_block(retriever, block, out_file, lines):
+    """`GraphRetriever.retrieve` for one block, stage by stage (the same calls it makes,
+    inside the same `long_lived_frozen`), then what `pipeline` writes for it: the
+    checkpoint line (encoded and read back; not written) and the retrieval.jsonl lines
+    (`lines`: a `result_lines.RetrievalLines` of the corpus)."""
+    from hipporag2.gc_pause import long_lived_frozen
+    from hipporag2.result_lines import checkpoint_block
     from hipporag2.retrieve.graph_retriever import dense_scores, query_result
 
     t = {}
     solver = retriever.solver
-    c0 = time.perf_counter()
-    dense = dense_scores(retriever.store, retriever.index.passage_emb, [q.question for q in block], False)
-    c1 = time.perf_counter()
-    links = retriever._link([q.question for q in block])
-    c2 = time.perf_counter()
-    ranked = retriever._graph_results(block, dense, links)
-    results = [ranked.get(r) or query_result(q.id, links[r], retriever.index, None, dense[r], retriever.cfg.retrieval_top_k)
-               for r, q in enumerate(block)]
-    c3 = time.perf_counter()
-    for row in retrieval_rows(block, results, corpus):
-        out_file.write(json.dumps(row) + "\n")
-    out_file.flush()
-    c4 = time.perf_counter()
+    with long_lived_frozen():
+        c0 = time.perf_counter()
+        dense = dense_scores(retriever.store, retriever.index.passage_emb, [q.question for q in block], False)
+        c1 = time.perf_counter()
+        links = retriever._link([q.question for q in block])
+        c2 = time.perf_counter()
+        ranked = retriever._graph_results(block, dense, links)
+        results = [ranked.get(r) or query_result(q.id, links[r], retriever.index, None, dense[r], retriever.cfg.retrieval_top_k)
+                   for r, q in enumerate(block)]
+        c3 = time.perf_counter()
+        ckpt = checkpoint_block(0, results)
+        for line in lines.lines(block, ckpt.results, ckpt.score_texts):
+            out_file.write(line + "\n")
+        out_file.flush()
+        c4 = time.perf_counter()
     t["dense scores"] = c1 - c0
     t["fact linking (scores, candidates, seeds)"] = c2 - c1
     t["PPR"] = solver.seconds
     t["resets and ranking"] = c3 - c2 - solver.seconds
-    t["retrieval.jsonl lines"] = c4 - c3
+    t["checkpoint + retrieval.jsonl lines"] = c4 - c3
     t["whole query after encoding"] = c4 - c0
     solver.seconds = 0.0
     return t, results
@@ -205,6 +211,9 @@ def child_query(folder: str, n_queries: int, ref_every: int, scale: float) -> di
     queries, vectors = synthetic_queries(index, n_queries)
     store = QueryVectors(queries, vectors)
     corpus = Corpus([Passage(title=p.split("\n")[0], text=p.split("\n", 1)[1], corpus_idx=i) for i, p in enumerate(index.passages)])
+    from hipporag2.result_lines import RetrievalLines
+
+    lines = RetrievalLines(corpus)  # once per corpus, as a run's write makes it once
     setup = {}
     t = time.perf_counter()
     ours = GraphRetriever(index, store, RetrievalConfig(ppr_solver="batched"), progress=False)
@@ -226,8 +235,8 @@ def child_query(folder: str, n_queries: int, ref_every: int, scale: float) -> di
             block = queries[s : s + BLOCK]
             sub = block[::ref_every]
             l0 = load()
-            to, res_o = run_block(ours, block, fo, corpus)
-            tr, res_r = run_block(ref, sub, fr, corpus)
+            to, res_o = run_block(ours, block, fo, lines)
+            tr, res_r = run_block(ref, sub, fr, lines)
             blocks.append({"load": l0, "n": len(block), "n_ref": len(sub), "ours": to, "ref": tr})
             for a, b in zip(res_r, res_o[::ref_every]):
                 e, ok = near_tie_agree(a, b)

@@ -41,7 +41,7 @@ bound gives.
   in advance, so each step is a single pass that does the product and all vector work
   row by row (`ppr_kernels.chebyshev_step`); CG needs dot products over the whole
   block between its product and its updates, i.e. extra passes over the block.
-  On the compiled operator the steps run in float32 (`BatchedSolver._refine`: a step's
+  On both operators below the steps run in float32 (`BatchedSolver._refine`: a step's
   cost is its gathers of block rows, and float32 rows are half the bytes), in rounds of
   iterative refinement: each round's correction goes into a float64 answer whose true
   residual is computed in float64, and only that residual accepts it, by the stopping
