@@ -50,26 +50,10 @@ STAGES = ("dense scores", "fact linking (scores, candidates, seeds)", "PPR", "re
           "checkpoint line (encode, write, read back)", "retrieval.jsonl lines", "whole query after encoding")
 
 
-class TimedSolver:
-    """The retriever's solver, with its solve calls timed (the PPR stage)."""
-
-    def __init__(self, solver):
-        self.solver, self.seconds = solver, 0.0
-        self.block_size = getattr(solver, "block_size", 32)
-        self.n_threads = getattr(solver, "n_threads", 1)
-        self.release_workspaces = getattr(solver, "release_workspaces", lambda: None)
-
-    def solve(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return self.solver.solve(*a, **k)
-        finally:
-            self.seconds += time.perf_counter() - t
-
-
 def child(index_dir: str, n_queries: int) -> dict:
     import numpy as np
 
+    from benchmarks.bench_query import TimedSolver  # the tree's own (both have one)
     from benchmarks.synthetic_index import QueryVectors, synthetic_queries
     from hipporag2 import pipeline
     from hipporag2.config import RetrievalConfig
