@@ -237,7 +237,10 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     from hipporag2.retrieve.factory import unread_embeddings
 
     defer = unread_embeddings(cfg)
-    index = _load_verified(path, report, timings, under_lock=False, defer=defer)
+    # the OpenIE records, corpus and modules alive now are not garbage: a full collection
+    # that the index's ~100k new objects set off walks only those (gc_pause)
+    with long_lived_frozen():
+        index = _load_verified(path, report, timings, under_lock=False, defer=defer)
     if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
@@ -273,7 +276,7 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
     elif cfg.retrieval.method == "dense":
         with timings.stage("embed_passages"):
             parts.passage_emb = store.embed(corpus.strings, desc="embed passages", progress=cfg.progress)
-    with timings.stage("retrieval_setup"):
+    with timings.stage("retrieval_setup"), long_lived_frozen():  # the imports' collections skip the index
         retriever = build_retriever(parts)
     return retriever, parts.index
 

@@ -162,6 +162,38 @@ def test_corrupt_index_is_detected_and_rebuilt(tmp_path, caplog):
     assert index_exists(path) and "failed verification" not in caplog.text
 
 
+def test_cached_index_loads_frozen_with_unread_matrices_deferred(tmp_path, monkeypatch):
+    """A cache hit: get_index loads with the objects alive before it frozen (a full
+    collection that index.json's objects set off walks only the new ones: gc_pause) and
+    the phrase embeddings' check deferred (HippoRAG 2 never reads them); a damaged
+    phrase file is then reported on its first read, and the heap is unfrozen after."""
+    import gc
+
+    from hipporag2 import pipeline
+    from hipporag2.graph.store import IndexCorrupt
+
+    cfg = _tiny_cfg(tmp_path)
+    corpus, _ = pipeline.load_dataset(cfg)
+    store = make_store(tmp_path / "emb")
+    report: dict = {}
+    pipeline.get_index(cfg, corpus, store, pipeline.LazyLLM(cfg), report, pipeline.Timings())  # builds it
+    path = Path(cfg.cache_dir) / "index" / report["index_key"]
+    _flip_last_byte(path / "phrase_emb.npy")
+    seen, real = [], pipeline.load_index
+
+    def load(p, **kw):
+        seen.append((gc.get_freeze_count() > 0 or not gc.isenabled(), kw.get("defer")))
+        return real(p, **kw)
+
+    monkeypatch.setattr(pipeline, "load_index", load)
+    index = pipeline.get_index(cfg, corpus, store, pipeline.LazyLLM(cfg), {}, pipeline.Timings())
+    assert seen == [(True, ("phrase",))]
+    assert gc.get_freeze_count() == 0
+    np.asarray(index.fact_emb)  # checked at load
+    with pytest.raises(IndexCorrupt, match="phrase_emb.npy: sha256"):
+        index.phrase_emb
+
+
 # ---- atomic writes and the retrieval checkpoint ---------------------------------
 
 
