@@ -18,7 +18,8 @@ and `pipeline.retrieve_checkpointed` run them:
   (`pipeline.write_retrieval_jsonl` where the tree has it, else `write_jsonl` of
   `retrieval_rows`, as `pipeline._run` does in that tree);
 - whole block, inside `gc_pause.long_lived_frozen` where the tree has it (as its
-  `retrieve` runs).
+  `retrieve` runs); full garbage collections during the blocks and the final write are
+  counted and timed (gc.callbacks) on both sides.
 
 Children of the two trees alternate (this tree, baseline, this tree, ...) `--repeats`
 times, so both see the same load; per-query times are medians over all blocks of a
@@ -49,26 +50,10 @@ STAGES = ("dense scores", "fact linking (scores, candidates, seeds)", "PPR", "re
           "checkpoint line (encode, write, read back)", "retrieval.jsonl lines", "whole query after encoding")
 
 
-class TimedSolver:
-    """The retriever's solver, with its solve calls timed (the PPR stage)."""
-
-    def __init__(self, solver):
-        self.solver, self.seconds = solver, 0.0
-        self.block_size = getattr(solver, "block_size", 32)
-        self.n_threads = getattr(solver, "n_threads", 1)
-        self.release_workspaces = getattr(solver, "release_workspaces", lambda: None)
-
-    def solve(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return self.solver.solve(*a, **k)
-        finally:
-            self.seconds += time.perf_counter() - t
-
-
 def child(index_dir: str, n_queries: int) -> dict:
     import numpy as np
 
+    from benchmarks.bench_query import TimedSolver  # the tree's own (both have one)
     from benchmarks.synthetic_index import QueryVectors, synthetic_queries
     from hipporag2 import pipeline
     from hipporag2.config import RetrievalConfig
@@ -93,6 +78,21 @@ def child(index_dir: str, n_queries: int) -> dict:
     scoring.min_max_top_k(np.zeros((2, scoring.PARALLEL_MIN), dtype=np.float32), 5)
     cfg = ret.cfg
     blocks = []
+    import gc
+
+    collections = {"n": 0, "s": 0.0}
+    began = [0.0]
+
+    def count(phase, info):  # full collections (generation 2) and their seconds, during the blocks
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            collections["n"] += 1
+            collections["s"] += time.perf_counter() - began[0]
+
+    gc.callbacks.append(count)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = pipeline.RetrievalCheckpoint(Path(tmp) / "retrieval.partial.jsonl", "bench", [q.id for q in queries], BLOCK)
         for s in range(0, n_queries, BLOCK):
@@ -131,11 +131,12 @@ def child(index_dir: str, n_queries: int) -> dict:
                 pipeline.write_jsonl(out, pipeline.retrieval_rows(queries, ckpt.results, corpus))
             t1, c1 = time.perf_counter() - t0, time.process_time() - c0
         digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    gc.callbacks.remove(count)
     for b in blocks:
         b["wall"][STAGES[5]] = t1 * b["n"] / n_queries
         b["cpu"][STAGES[5]] = c1 * b["n"] / n_queries
         b["wall"][STAGES[6]] = sum(b["wall"][k] for k in STAGES[:6])
-    return {"blocks": blocks, "jsonl_sha256": digest, "facts": len(index.facts), "passages": index.n_passages,
+    return {"blocks": blocks, "jsonl_sha256": digest, "full_collections": collections, "queries": n_queries, "facts": len(index.facts), "passages": index.n_passages,
             "phrases": index.n_phrases}
 
 
@@ -196,7 +197,16 @@ def main(argv=None) -> int:
         lines.append(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.2f}x | {cpu} |")
     outside = [s for s in STAGES[:6] if s != "PPR"]
     a, b = sum(per_query(ours, s) for s in outside), sum(per_query(ref, s) for s in outside)
-    lines += ["", f"Outside PPR (sum of the stage medians): this tree {a:.2f} ms/query, baseline {b:.2f} ms/query ({b / a:.2f}x). "
+    def gc_text(side):
+        got = [r.get("full_collections") for r in side]
+        if None in got:
+            return "not counted"
+        n, secs, nq = sum(g["n"] for g in got), sum(g["s"] for g in got), sum(r["queries"] for r in side)
+        return f"{n} in {nq} queries, {secs * 1e3:.0f} ms ({secs / nq * 1e3:.2f} ms/query)"
+
+    lines += ["", f"Full garbage collections (generation 2) during the queries and the writes: this tree {gc_text(ours)}; "
+              f"baseline {gc_text(ref)}.",
+              "", f"Outside PPR (sum of the stage medians): this tree {a:.2f} ms/query, baseline {b:.2f} ms/query ({b / a:.2f}x). "
               f"retrieval.jsonl bytes: {'identical in every run of both trees' if len(same) == 1 else 'DIFFER: ' + ', '.join(sorted(same))}."]
     text = "\n".join(lines)
     print(text)

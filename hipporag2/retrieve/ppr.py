@@ -389,12 +389,20 @@ class _Operator:
     mixed_precision = True
 
     def __call__(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
-        """x - d S x (into `out` when given: C-contiguous, float64, not x itself)."""
+        """x - d S x (into `out` when given: float64, not x itself).
+
+        The kernel gets C-contiguous blocks only: numba compiles one version per array
+        layout (a Fortran-ordered one, as the multi-damping CG's column subsets can be,
+        would compile in the middle of a run, `warm_kernels` has not seen it), and only
+        C rows are summed in registers (`ppr_kernels._panel_row_into`)."""
         x = np.ascontiguousarray(x, dtype=np.float64)
-        if out is None:
-            out = np.empty_like(x)
+        dst = out if out is not None and out.flags.c_contiguous else np.empty(x.shape)
         p = self.panels
-        self.k.shifted_product(p.indptr, p.indices, p.data, float(d), x, out)
+        self.k.shifted_product(p.indptr, p.indices, p.data, float(d), x, dst)
+        if out is None:
+            return dst
+        if dst is not out:
+            out[...] = dst
         return out
 
     def chebyshev_step(self, d, x, x_prev, b, weight, gamma, omega, r, l1) -> None:

@@ -10,6 +10,39 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _insert_top(top, filled, k, v):
+    """Put v among the k largest raw values so far (top, descending, `filled` of them)
+    when it belongs there; returns the new count."""
+    if filled < k or v > top[k - 1]:
+        t = filled if filled < k else k - 1
+        while t > 0 and top[t - 1] < v:
+            top[t] = top[t - 1]
+            t -= 1
+        top[t] = v
+        if filled < k:
+            filled += 1
+    return filled
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _all_ones(idx, val, r, n, k):
+    """A row whose values are all equal: min_max gives ones; ties go to the higher index."""
+    for t in range(k):
+        idx[r, t] = n - 1 - t
+        val[r, t] = 1.0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _write_ranked(cand, cval, c, k, idx, val, r):
+    """Row r's top k from its c candidates (column order) and their normalised values."""
+    order = np.argsort(cval[:c], kind="mergesort")  # stable, ascending; read backwards
+    for t in range(k):
+        o = order[c - 1 - t]
+        idx[r, t] = cand[o]
+        val[r, t] = cval[o]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def min_max_top_k_rows(X, k, idx, val, bad, r0, r1):
     """`scoring.min_max_top_k` for rows r0..r1 of X (bad[r] = True for a row with NaN, left to the caller)."""
     n = X.shape[1]
@@ -29,21 +62,12 @@ def min_max_top_k_rows(X, k, idx, val, bad, r0, r1):
                 lo = v
             if v > hi:
                 hi = v
-            if filled < k or v > top[k - 1]:
-                t = filled if filled < k else k - 1
-                while t > 0 and top[t - 1] < v:
-                    top[t] = top[t - 1]
-                    t -= 1
-                top[t] = v
-                if filled < k:
-                    filled += 1
+            filled = _insert_top(top, filled, k, v)
         if nan:
             bad[r] = True
             continue
-        if hi == lo:  # min_max gives all ones; ties go to the higher index
-            for t in range(k):
-                idx[r, t] = n - 1 - t
-                val[r, t] = 1.0
+        if hi == lo:
+            _all_ones(idx, val, r, n, k)
             continue
         span = hi - lo
         kth = (top[k - 1] - lo) / span
@@ -60,11 +84,7 @@ def min_max_top_k_rows(X, k, idx, val, bad, r0, r1):
                 cand[c] = j
                 cval[c] = v
                 c += 1
-        order = np.argsort(cval[:c], kind="mergesort")  # stable, ascending; read backwards
-        for t in range(k):
-            o = order[c - 1 - t]
-            idx[r, t] = cand[o]
-            val[r, t] = cval[o]
+        _write_ranked(cand, cval, c, k, idx, val, r)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -104,17 +124,9 @@ def stream_top_k_rows(S, col0, k, lo, hi, top, filled, buf_idx, buf_val, count, 
                 if v > d:
                     d = v
                 continue
-            # the k largest raw values (insertion, as min_max_top_k_rows keeps them)
-            if f < k or v > t_row[k - 1]:
-                t = f if f < k else k - 1
-                while t > 0 and t_row[t - 1] < v:
-                    t_row[t] = t_row[t - 1]
-                    t -= 1
-                t_row[t] = v
-                if f < k:
-                    f += 1
-                if f >= k:
-                    thr = t_row[k - 1]
+            f = _insert_top(t_row, f, k, v)  # the k largest raw values, as min_max_top_k_rows keeps them
+            if f >= k:
+                thr = t_row[k - 1]
             if c == cap:  # keep only what still reaches the k-th largest
                 w = 0
                 for i in range(c):
@@ -151,10 +163,8 @@ def stream_top_k_finish(n, k, lo, hi, top, buf_idx, buf_val, count, dropped, sta
             continue
         a = lo[r]
         b = hi[r]
-        if b == a:  # min_max gives all ones; ties go to the higher index
-            for t in range(k):
-                idx[r, t] = n - 1 - t
-                val[r, t] = 1.0
+        if b == a:
+            _all_ones(idx, val, r, n, k)
             continue
         span = b - a
         kth = (top[r, k - 1] - a) / span
@@ -172,8 +182,4 @@ def stream_top_k_finish(n, k, lo, hi, top, buf_idx, buf_val, count, dropped, sta
                 cand[w] = buf_idx[r, i]
                 cval[w] = v
                 w += 1
-        order = np.argsort(cval[:w], kind="mergesort")  # stable, ascending; read backwards
-        for t in range(k):
-            o = order[w - 1 - t]
-            idx[r, t] = cand[o]
-            val[r, t] = cval[o]
+        _write_ranked(cand, cval, w, k, idx, val, r)
