@@ -188,7 +188,19 @@ class NumpyOperator:
         node has edges, the cleaned reset over its sum where not (`ppr_kernels._answer`)."""
         self._check_pos(pos)
         cols = np.arange(j0, j0 + out.shape[1])
-        p = self.pos[cols]
+        act = self._answers_with_edges(z, sqrt_deg, divisor, factor, out, j0)
+        if act is None:
+            return
+        div, fac = np.asarray(divisor)[:, None], np.asarray(factor)[:, None]
+        rest = np.fmax(R[:, cols[~act]], 0.0)
+        rest /= np.asarray(scale)[:, None]
+        out[:, ~act] = rest / div * fac
+
+    def _answers_with_edges(self, z, sqrt_deg, divisor, factor, out, j0):
+        """out[k, j] = max(D^1/2 z, 0)(j0 + j, k) / divisor[k] * factor[k] at the nodes with
+        edges among out's columns: the part both scatters share. Returns None when every
+        column was such a node (out is complete), else the mask of those columns."""
+        p = self.pos[j0 : j0 + out.shape[1]]
         act = p < self.n_active
         div, fac = np.asarray(divisor)[:, None], np.asarray(factor)[:, None]
         if act.all():
@@ -196,14 +208,12 @@ class NumpyOperator:
             np.fmax(y, 0.0, out=y)  # round-off below 0 (and NaN) -> 0
             np.divide(y.T, div, out=out)
             out *= fac
-            return
+            return None
         pa = p[act]
         y = z[pa] * np.asarray(sqrt_deg)[pa, None]
         np.fmax(y, 0.0, out=y)
         out[:, act] = y.T / div * fac
-        rest = np.fmax(R[:, cols[~act]], 0.0)
-        rest /= np.asarray(scale)[:, None]
-        out[:, ~act] = rest / div * fac
+        return act
 
     def add_components(self, z, component, value, coef) -> None:
         """z += V coef, V with the single nonzero value[i] in row i, column component[i]:
@@ -253,19 +263,9 @@ class NumpyOperator:
         entries at nodes without edges (where y = u; 0 where the reset has no entry)."""
         self._check_pos(pos)
         w = out.shape[1]
-        p = self.pos[j0 : j0 + w]
-        act = p < self.n_active
-        div, fac = np.asarray(divisor)[:, None], np.asarray(factor)[:, None]
-        if act.all():
-            y = z[p] * np.asarray(sqrt_deg)[p, None]  # (w, m)
-            np.fmax(y, 0.0, out=y)  # round-off below 0 (and NaN) -> 0
-            np.divide(y.T, div, out=out)
-            out *= fac
+        act = self._answers_with_edges(z, sqrt_deg, divisor, factor, out, j0)
+        if act is None:
             return
-        pa = p[act]
-        y = z[pa] * np.asarray(sqrt_deg)[pa, None]
-        np.fmax(y, 0.0, out=y)
-        out[:, act] = y.T / div * fac
         out[:, ~act] = 0.0
         indptr = np.asarray(indptr)
         lo, hi = int(indptr[0]), int(indptr[-1])
