@@ -155,11 +155,6 @@ def checkpoint_block(start: int, results: Sequence[RetrievalResult]) -> Checkpoi
     return CheckpointBlock('{"start": ' + int.__repr__(start) + ', "rows": [' + ", ".join(parts) + "]}", back, texts)
 
 
-def checkpoint_block_line(start: int, results: Sequence[RetrievalResult]) -> str:
-    """The line alone (`checkpoint_block(...).text`)."""
-    return checkpoint_block(start, results).text
-
-
 def _plain_block(start, results) -> CheckpointBlock:
     text = _dumps({"start": start, "rows": [checkpoint_row(r) for r in results]})
     back = [result_of_checkpoint_row(r) for r in json.loads(text)["rows"]]

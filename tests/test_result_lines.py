@@ -10,7 +10,7 @@ import pytest
 from hipporag2 import atomicio
 from hipporag2.data.loaders import Corpus, Passage, Query
 from hipporag2.pipeline import RetrievalCheckpoint, retrieval_rows, write_retrieval_jsonl
-from hipporag2.result_lines import (RetrievalLines, checkpoint_block, checkpoint_block_line, checkpoint_row, float_text,
+from hipporag2.result_lines import (RetrievalLines, checkpoint_block, checkpoint_row, float_text,
                                     result_of_checkpoint_row)
 from hipporag2.retrieve.base import RetrievalResult
 
@@ -103,11 +103,11 @@ def test_values_the_fast_path_hands_to_json_dumps():
         with pytest.raises(TypeError):
             json.dumps(checkpoint_row(r))
         with pytest.raises(TypeError):
-            checkpoint_block_line(0, [r])
+            checkpoint_block(0, [r])
     r = RetrievalResult("q", [np.int64(0)], [0.5], {})  # a numpy index: retrieval.jsonl does not write it
     assert RetrievalLines(c).line(q, r) == plain_lines([q], [r], c)[0]
     with pytest.raises(TypeError):
-        checkpoint_block_line(0, [r])
+        checkpoint_block(0, [r])
     assert [float_text(x) for x in (math.nan, math.inf, -math.inf, 0.1)] == [json.dumps(x) for x in (math.nan, math.inf, -math.inf, 0.1)]
 
 

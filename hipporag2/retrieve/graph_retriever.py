@@ -160,9 +160,8 @@ class GraphRetriever:
         as_floats = top_scores.tolist()  # each float32 score as a Python float, for the details
         out = []
         for cands, cand_facts, cand_scores, floats, kept in zip(cand_idx, candidates, top_scores, as_floats, kept_positions):
-            kept = list(kept)  # positions in the candidates, cut at linking_top_k
-            kept_facts = [cand_facts[k] for k in kept][: cfg.linking_top_k]
-            kept = kept[: cfg.linking_top_k]
+            kept = list(kept)[: cfg.linking_top_k]  # positions in the candidates
+            kept_facts = [cand_facts[k] for k in kept]
             kept_scores = [cand_scores[k] for k in kept]  # float32 scores, as the seeds divide them
             weights = phrase_weights_from_facts(
                 kept_facts, kept_scores, idx.phrase_index, self.passages_per_phrase, cfg.node_specificity
