@@ -121,6 +121,43 @@ def test_float32_stall_hands_over_to_float64(monkeypatch, case, operator):
     assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
 
 
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("d", [0.5, 0.85])
+def test_rounds_check_their_residual_only_where_they_may_stop(shape, d):
+    """The numpy operator's float32 rounds compute their residual only from a step before
+    the polynomial bound on (`_chebyshev32`): each round stops within a step of where
+    checking every step stops (the step alone rounds its float32 sum differently, so a
+    round's residual can cross its goal a step apart), with fewer residuals; the
+    answers stay within the bound of the float64 path."""
+    g = SHAPES[shape]
+    R = resets(g.vcount(), 20, seed=len(shape) + 1)
+    taken = {}
+    for label in ("every step", "schedule"):
+        solver = BatchedSolver(g, operator="numpy", n_threads=1, block_size=10)
+        if label == "every step":
+            solver.op.chebyshev_advance32 = None  # an operator without the step alone
+        calls = counted(solver, "chebyshev_step32", *(("chebyshev_advance32",) if label == "schedule" else ()))
+        rounds = []
+        original = solver._chebyshev32
+
+        def per_round(*a, _calls=calls, _rounds=rounds, _original=original):
+            before = sum(_calls.values()), _calls["chebyshev_step32"]
+            out = _original(*a)
+            _rounds.append((sum(_calls.values()) - before[0], _calls["chebyshev_step32"] - before[1]))
+            return out
+
+        solver._chebyshev32 = per_round
+        got = solver.solve(R, d)
+        taken[label] = rounds
+        want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, d)
+        assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL, label
+    every, ours = taken["every step"], taken["schedule"]
+    assert len(every) == len(ours) > 0
+    for (steps_every, _), (steps, checks) in zip(every, ours):
+        assert abs(steps - steps_every) <= 1, (every, ours)
+    assert sum(c for _, c in ours) < sum(s for s, _ in every), "every step still computed its residual"
+
+
 def test_more_rounds_when_float32_reaches_less(monkeypatch):
     """With a float32 round that gains only ~1e-3 (a coarse F32_REACH), reaching 1e-11
     takes several rounds of refinement; the answer is the same within the bound."""

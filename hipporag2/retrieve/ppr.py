@@ -45,7 +45,10 @@ bound gives.
   cost is its gathers of block rows, and float32 rows are half the bytes), in rounds of
   iterative refinement: each round's correction goes into a float64 answer whose true
   residual is computed in float64, and only that residual accepts it, by the stopping
-  rule below; a round that stalls hands over to the float64 path.
+  rule below; a round that stalls hands over to the float64 path. On numpy, whose step
+  is the product plus separate passes, a float32 step computes its residual only where
+  the round may stop (from a step before the polynomial bound's count on); the others
+  only advance the iterate.
 * Several dampings (`solve_unnormalised`, the sweep path): multi-shift CG. All
   dampings share one Krylov space, so one set of products serves them all, and y is
   linear in the reset, which is what makes a damping x passage-weight sweep cheap.
@@ -562,6 +565,11 @@ REFINE_GAIN = 0.25
 REFINE_ROUNDS = 6
 # a float32 round whose residual grows this much over its right-hand side has diverged
 DIVERGED = 1e3
+# a float32 round first checks its residual CHECK_AHEAD steps before the polynomial bound's
+# count, or after CHECK_EVERY steps if that is sooner, and at least every CHECK_EVERY steps
+# from there on (`BatchedSolver._chebyshev32`)
+CHECK_AHEAD = 1
+CHECK_EVERY = 16
 
 
 def chebyshev_steps(sigma: float, reduction: float) -> int:
@@ -575,6 +583,16 @@ def chebyshev_steps(sigma: float, reduction: float) -> int:
     if sigma <= 0.0:
         return 1
     return int(np.ceil(np.arccosh(reduction) / np.arccosh(1.0 / sigma)))
+
+
+def _steps_at_rate(sigma: float, reduction: float) -> int:
+    """Steps, between 1 and CHECK_EVERY, that the Chebyshev iteration's asymptotic rate
+    rho = sigma / (1 + sqrt(1 - sigma^2)) per step needs for `reduction`, rounded down:
+    when a float32 round checks its residual next (`BatchedSolver._chebyshev32`)."""
+    rho = sigma / (1.0 + np.sqrt(max(0.0, 1.0 - sigma * sigma))) if sigma > 0.0 else 0.0
+    if not (0.0 < rho < 1.0) or not (reduction > 1.0) or not np.isfinite(reduction):
+        return 1
+    return int(min(CHECK_EVERY, max(1.0, np.floor(np.log(reduction) / -np.log(rho)))))
 
 
 def release_mapped(arr: np.ndarray) -> bool:
@@ -1015,19 +1033,41 @@ class BatchedSolver:
 
     def _chebyshev32(self, rhs, d, x, x_prev, r, rhs_l1, goal, gamma, sigma) -> np.ndarray:
         """Chebyshev iteration from 0 for (I - d S) c = rhs in float32 until every
-        column's float32 residual is within `goal`; returns c in x or x_prev."""
+        column's float32 residual is within `goal`; returns c in x or x_prev.
+
+        Only a step that may be the last computes its residual and L1 norms
+        (`chebyshev_step32`); on operators that have it (numpy's) the others just
+        advance the iterate (`chebyshev_advance32`: the product and three passes
+        instead of six). The polynomial bound says how many steps the largest
+        reduction asked for needs (`chebyshev_steps`; measured on the shared set, the
+        rounds stop within one step of it, L1 vs 2-norm aside), so the first check
+        comes CHECK_AHEAD steps before it (at the latest after CHECK_EVERY steps,
+        which also stops a round that diverges on a wrong interval long before
+        float32 overflows); after a check that does not stop, the next comes after
+        the steps the Chebyshev rate needs for what is left, rounded down (a check
+        too early costs a few passes, one too late a whole step). The stopping rule
+        is the one of checking every step, applied a step later at worst; what
+        accepts an answer is the float64 residual of `_refine` anyway.
+        """
         np.multiply(rhs, np.float32(gamma), out=x)  # x1 = gamma rhs: the free first step
         x_prev.fill(0.0)
         omega = 1.0 / (1.0 - sigma * sigma / 2.0)
         l1 = np.empty(rhs.shape[1])
         steps = chebyshev_steps(sigma, float((rhs_l1 / goal).max()))
-        for _ in range(min(self.max_iter, 2 * steps + 10)):
-            self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
-            if np.all(l1 <= goal):
-                x += r  # the free power step, in float32
-                return x
-            if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
-                return x
+        advance = getattr(self.op, "chebyshev_advance32", None)
+        check = 1 if advance is None else max(1, min(steps - CHECK_AHEAD, CHECK_EVERY))
+        for k in range(1, min(self.max_iter, 2 * steps + 10) + 1):
+            if k < check:
+                advance(d, x, x_prev, rhs, gamma, omega, r)
+            else:
+                self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
+                if np.all(l1 <= goal):
+                    x += r  # the free power step, in float32
+                    return x
+                if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
+                    return x
+                if advance is not None:
+                    check = k + _steps_at_rate(sigma, float((l1 / goal).max()))
             x, x_prev = x_prev, x
             omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
         return x  # out of steps: the float64 residual will tell

@@ -138,6 +138,25 @@ class NumpyOperator:
         residual of `residual_in_place` is what accepts an answer)."""
         self.chebyshev_step(d, x, x_prev, b, weight, gamma, omega, r, l1)
 
+    def chebyshev_advance32(self, d, x, x_prev, b, gamma, omega, r) -> None:
+        """The next iterate of `chebyshev_step32` alone, into x_prev, for a step at which
+        the round cannot stop yet (r is not touched; it is there for operators whose
+        step needs the room):
+
+            x_prev = (1 - omega) x_prev + omega (1 - gamma) x + omega gamma (b + d S x)
+
+        The product and three passes where the full step makes the product and six:
+        no residual b - x + d S x, no |r|, no weighted sum. Folding the three
+        diagonal terms into the product instead (one matrix of S's pattern plus three
+        diagonals, values refilled per step) measured slower on the shared set's graph:
+        scipy's product pays per stored entry, ~5 ns per diagonal entry of a 16-column
+        float32 block, more than numpy's pass over it (results/perf/ppr_steps_round5_steps.md)."""
+        w, g = float(omega), float(gamma)
+        x_prev *= x_prev.dtype.type(1.0 - w)
+        self._axpy(w * (1.0 - g), x, x_prev)
+        self.add_product(x, w * g * float(d), x_prev)
+        self._axpy(w * g, b, x_prev)
+
     def residual_in_place(self, d, x, weight, r, l1) -> None:
         """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
         and its weighted L1 norms (`_Operator.residual_in_place`)."""
@@ -377,6 +396,12 @@ class TieredOperator:
 
     def chebyshev_step32(self, *args) -> None:
         self._op.chebyshev_step32(*args)
+
+    @property
+    def chebyshev_advance32(self):
+        """The numpy operator's step without its residual; None once the compiled loops took
+        over (their fused step computes the residual at no extra cost: every step checks)."""
+        return getattr(self._op, "chebyshev_advance32", None)
 
     def residual_in_place(self, *args) -> None:
         self._op.residual_in_place(*args)
