@@ -15,6 +15,7 @@ import random
 import igraph as ig
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from hipporag2.retrieve import ppr
 from hipporag2.retrieve.ppr import BatchedSolver, rankings_agree
@@ -156,6 +157,26 @@ def test_rounds_check_their_residual_only_where_they_may_stop(shape, d):
     for (steps_every, _), (steps, checks) in zip(every, ours):
         assert abs(steps - steps_every) <= 1, (every, ours)
     assert sum(c for _, c in ours) < sum(s for s, _ in every), "every step still computed its residual"
+
+
+@pytest.mark.parametrize("operator", ["compiled", "numpy"])
+def test_kept_and_regathered_right_hand_sides_give_the_same_bits(monkeypatch, operator):
+    """Small blocks keep their b for the float64 residuals (`_keeps_rhs`); large ones
+    gather it again from the resets, the same operations on the same inputs: the same
+    answers to the bit, through several rounds and the float64 finish."""
+    g = SHAPES["hubs"]
+    R = resets(g.vcount(), 12, seed=4)
+    monkeypatch.setattr(ppr, "F32_REACH", 1e-3)  # several rounds, so b is needed several times
+    kept = BatchedSolver(g, operator=operator, n_threads=1, block_size=8)
+    assert kept._keeps_rhs()
+    want = kept.solve(sp.csr_matrix(R), 0.5)
+    monkeypatch.setattr(ppr, "KEEP_RHS_BYTES", 0)
+    again = BatchedSolver(g, operator=operator, n_threads=1, block_size=8)
+    assert not again._keeps_rhs()
+    calls = counted(again, "gather_resets_csr")
+    got = again.solve(sp.csr_matrix(R), 0.5)
+    assert calls["gather_resets_csr"] > 2  # two blocks, each gathered more than once
+    np.testing.assert_array_equal(got, want)
 
 
 def test_more_rounds_when_float32_reaches_less(monkeypatch):

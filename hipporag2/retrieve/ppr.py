@@ -565,6 +565,9 @@ REFINE_GAIN = 0.25
 REFINE_ROUNDS = 6
 # a float32 round whose residual grows this much over its right-hand side has diverged
 DIVERGED = 1e3
+# a mixed-precision block keeps its b (a fourth block array) when that array is at most this
+# big (`BatchedSolver._keeps_rhs`), instead of gathering it again
+KEEP_RHS_BYTES = 8 << 20
 # a float32 round first checks its residual CHECK_AHEAD steps before the polynomial bound's
 # count, or after CHECK_EVERY steps if that is sooner, and at least every CHECK_EVERY steps
 # from there on (`BatchedSolver._chebyshev32`)
@@ -633,16 +636,18 @@ class _Workspace:
     block (the last one of a call) uses the front of the same memory.
     """
 
-    def __init__(self, n_active: int, width: int, n_arrays: int = 4):
+    def __init__(self, n_active: int, width: int, n_arrays: int = 4, keeps: bool = False):
         self.n_active = n_active
         self.n_arrays = n_arrays
-        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays)]
+        self.keeps = keeps  # one more array: the mixed-precision solve's b, kept (`BatchedSolver._keeps_rhs`)
+        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays + keeps)]
 
     def fit(self, m: int) -> "_Workspace":
         """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats; with
         three arrays (the mixed-precision layout, `BatchedSolver._refine`) x and b only."""
         self.m = m
         views = [a[: self.n_active * m].reshape(self.n_active, m) for a in self._active]
+        self.kept = views[self.n_arrays] if self.keeps else None
         if self.n_arrays == 3:
             self.x, self.b = views[:2]
             self.x_prev = self.r = None
@@ -834,10 +839,11 @@ class BatchedSolver:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
         # the mixed-precision solve needs three block arrays (`_refine`), the float64 one four
         n_arrays = 3 if self._mixed() else 4
+        keeps = n_arrays == 3 and self._keeps_rhs()
         with self._spare_lock:
             ws = self._spare.pop() if self._spare else None
-        if ws is None or ws.n_arrays != n_arrays:
-            ws = _Workspace(self.n_active, self.block_size, n_arrays)
+        if ws is None or ws.n_arrays != n_arrays or ws.keeps != keeps:
+            ws = _Workspace(self.n_active, self.block_size, n_arrays, keeps)
         try:
             self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise, j0)
         finally:
@@ -900,6 +906,13 @@ class BatchedSolver:
         """Whether single-damping solves run mixed precision: asked for, and the operator has it."""
         return self.mixed_precision and getattr(self.op, "mixed_precision", False)
 
+    def _keeps_rhs(self) -> bool:
+        """Whether the mixed-precision solve keeps each block's b in a fourth array instead
+        of gathering it from the resets again before each float64 residual (`_refine`):
+        on small graphs, where the array is small and the numpy operator's gather of
+        CSR resets (~1.3 ms a block on the shared set, twice a block) is not."""
+        return self.n_active * self.block_size * 8 <= KEEP_RHS_BYTES
+
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
         `solve_unnormalised`: y within tol / 2 of the exact y, relative to the reset's
@@ -939,10 +952,16 @@ class BatchedSolver:
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
         elif ws.n_arrays == 3:  # `_mixed`: the workspace was laid out for it
+            if ws.kept is not None:  # a small block: b kept, a copy instead of a regather
+                np.copyto(ws.kept, b)
 
-            def make_b(out):  # this b again, without its component part
-                gather(out)
-                self.op.add_components(out, self._comp_of, self._comp_val, -beta)
+                def make_b(out):
+                    np.copyto(out, ws.kept)
+            else:
+
+                def make_b(out):  # this b again, without its component part
+                    gather(out)
+                    self.op.add_components(out, self._comp_of, self._comp_val, -beta)
 
             x = self._refine(b, d, ws, limit, l1, gamma, sigma, make_b)
         else:
@@ -989,8 +1008,9 @@ class BatchedSolver:
         Memory: three block arrays instead of the float64 path's four: z in ws.x; b,
         then rho, in ws.b, whose memory also holds a round's two float32 iterates once
         rho is turned into the round's float32 right-hand side; that and the float32
-        product live in the third. b is not kept: `make_b(out)` writes it again from
-        the resets (a cheap pass) before each residual.
+        product live in the third. b is not kept on large graphs: `make_b(out)` writes
+        it again from the resets (a cheap pass there) before each residual; small blocks
+        keep it in a fourth array (`_keeps_rhs`), and `make_b` copies it back.
         """
         z, rho = ws.x, b
         x32, xp32 = ws.halves(1)  # same memory as b / rho: used only between residuals
