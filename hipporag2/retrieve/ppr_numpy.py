@@ -59,7 +59,6 @@ class NumpyOperator:
         self._active = order[: self.n_active]
         self._weight = None  # (weight array, the same as a one-row CSR matrix), see `_weighted_sum`
         self._scaled = {}  # d -> S's values times d, see `_scaled_data`
-        self._diag = np.arange(self.n_active + 1, dtype=self.S.indices.dtype)  # I's indptr and indices
         self._local = threading.local()  # one scratch block per thread (the solver runs one block per thread)
         self._lock = threading.Lock()  # the solver's threads share the caches of scaled values
         self._rows = {}  # (n, index dtype) -> 0..n, see `_rows_of`
@@ -88,13 +87,16 @@ class NumpyOperator:
         return data
 
     def _axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
-        """y += a x in one pass, as a product with a I (numpy needs a temporary and two
-        passes; BLAS's daxpy would start OpenBLAS's threads beside the solver's own)."""
-        n, m = x.shape
-        if _csr_matvecs is None or not (x.flags.c_contiguous and y.flags.c_contiguous) or x.dtype != y.dtype:
+        """y += a x: a x into this thread's scratch block, then added (BLAS's daxpy would
+        start OpenBLAS's threads beside the solver's own). Two numpy passes measured
+        faster than one product with a I through scipy's CSR loop, which pays per
+        stored entry (18k x 16 float32: 0.10 vs 0.17 ms; float64 0.17 vs 0.24)."""
+        if x.dtype != y.dtype or x.shape != y.shape:
             y += a * x
             return
-        _csr_matvecs(n, n, m, self._diag, self._diag, np.full(n, a, dtype=y.dtype), x.ravel(), y.ravel())
+        t = self._scratch(x.shape, y.dtype)
+        np.multiply(x, y.dtype.type(a), out=t)
+        y += t
 
     def add_product(self, x: np.ndarray, d: float, out: np.ndarray) -> None:
         """out += d S x, in place (float64 blocks, out not x).
