@@ -15,6 +15,7 @@ import random
 import igraph as ig
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from hipporag2.retrieve import ppr
 from hipporag2.retrieve.ppr import BatchedSolver, rankings_agree
@@ -119,6 +120,63 @@ def test_float32_stall_hands_over_to_float64(monkeypatch, case, operator):
     assert calls["chebyshev_step32"] > 0 and polished, "the stalled float32 solve was not handed to float64"
     want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, 0.85)
     assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("d", [0.5, 0.85])
+def test_rounds_check_their_residual_only_where_they_may_stop(shape, d):
+    """The numpy operator's float32 rounds compute their residual only from a step before
+    the polynomial bound on (`_chebyshev32`): each round stops within a step of where
+    checking every step stops (the step alone rounds its float32 sum differently, so a
+    round's residual can cross its goal a step apart), with fewer residuals; the
+    answers stay within the bound of the float64 path."""
+    g = SHAPES[shape]
+    R = resets(g.vcount(), 20, seed=len(shape) + 1)
+    taken = {}
+    for label in ("every step", "schedule"):
+        solver = BatchedSolver(g, operator="numpy", n_threads=1, block_size=10)
+        if label == "every step":
+            solver.op.chebyshev_advance32 = None  # an operator without the step alone
+        calls = counted(solver, "chebyshev_step32", *(("chebyshev_advance32",) if label == "schedule" else ()))
+        rounds = []
+        original = solver._chebyshev32
+
+        def per_round(*a, _calls=calls, _rounds=rounds, _original=original):
+            before = sum(_calls.values()), _calls["chebyshev_step32"]
+            out = _original(*a)
+            _rounds.append((sum(_calls.values()) - before[0], _calls["chebyshev_step32"] - before[1]))
+            return out
+
+        solver._chebyshev32 = per_round
+        got = solver.solve(R, d)
+        taken[label] = rounds
+        want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, d)
+        assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL, label
+    every, ours = taken["every step"], taken["schedule"]
+    assert len(every) == len(ours) > 0
+    for (steps_every, _), (steps, checks) in zip(every, ours):
+        assert abs(steps - steps_every) <= 1, (every, ours)
+    assert sum(c for _, c in ours) < sum(s for s, _ in every), "every step still computed its residual"
+
+
+@pytest.mark.parametrize("operator", ["compiled", "numpy"])
+def test_kept_and_regathered_right_hand_sides_give_the_same_bits(monkeypatch, operator):
+    """Small blocks keep their b for the float64 residuals (`_keeps_rhs`); large ones
+    gather it again from the resets, the same operations on the same inputs: the same
+    answers to the bit, through several rounds and the float64 finish."""
+    g = SHAPES["hubs"]
+    R = resets(g.vcount(), 12, seed=4)
+    monkeypatch.setattr(ppr, "F32_REACH", 1e-3)  # several rounds, so b is needed several times
+    kept = BatchedSolver(g, operator=operator, n_threads=1, block_size=8)
+    assert kept._keeps_rhs()
+    want = kept.solve(sp.csr_matrix(R), 0.5)
+    monkeypatch.setattr(ppr, "KEEP_RHS_BYTES", 0)
+    again = BatchedSolver(g, operator=operator, n_threads=1, block_size=8)
+    assert not again._keeps_rhs()
+    calls = counted(again, "gather_resets_csr")
+    got = again.solve(sp.csr_matrix(R), 0.5)
+    assert calls["gather_resets_csr"] > 2  # two blocks, each gathered more than once
+    np.testing.assert_array_equal(got, want)
 
 
 def test_more_rounds_when_float32_reaches_less(monkeypatch):

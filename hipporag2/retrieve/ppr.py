@@ -45,7 +45,10 @@ bound gives.
   cost is its gathers of block rows, and float32 rows are half the bytes), in rounds of
   iterative refinement: each round's correction goes into a float64 answer whose true
   residual is computed in float64, and only that residual accepts it, by the stopping
-  rule below; a round that stalls hands over to the float64 path.
+  rule below; a round that stalls hands over to the float64 path. On numpy, whose step
+  is the product plus separate passes, a float32 step computes its residual only where
+  the round may stop (from a step before the polynomial bound's count on); the others
+  only advance the iterate.
 * Several dampings (`solve_unnormalised`, the sweep path): multi-shift CG. All
   dampings share one Krylov space, so one set of products serves them all, and y is
   linear in the reset, which is what makes a damping x passage-weight sweep cheap.
@@ -582,6 +585,14 @@ REFINE_GAIN = 0.25
 REFINE_ROUNDS = 6
 # a float32 round whose residual grows this much over its right-hand side has diverged
 DIVERGED = 1e3
+# a mixed-precision block keeps its b (a fourth block array) when that array is at most this
+# big (`BatchedSolver._keeps_rhs`), instead of gathering it again
+KEEP_RHS_BYTES = 8 << 20
+# a float32 round first checks its residual CHECK_AHEAD steps before the polynomial bound's
+# count, or after CHECK_EVERY steps if that is sooner, and at least every CHECK_EVERY steps
+# from there on (`BatchedSolver._chebyshev32`)
+CHECK_AHEAD = 1
+CHECK_EVERY = 16
 
 
 def chebyshev_steps(sigma: float, reduction: float) -> int:
@@ -595,6 +606,16 @@ def chebyshev_steps(sigma: float, reduction: float) -> int:
     if sigma <= 0.0:
         return 1
     return int(np.ceil(np.arccosh(reduction) / np.arccosh(1.0 / sigma)))
+
+
+def _steps_at_rate(sigma: float, reduction: float) -> int:
+    """Steps, between 1 and CHECK_EVERY, that the Chebyshev iteration's asymptotic rate
+    rho = sigma / (1 + sqrt(1 - sigma^2)) per step needs for `reduction`, rounded down:
+    when a float32 round checks its residual next (`BatchedSolver._chebyshev32`)."""
+    rho = sigma / (1.0 + np.sqrt(max(0.0, 1.0 - sigma * sigma))) if sigma > 0.0 else 0.0
+    if not (0.0 < rho < 1.0) or not (reduction > 1.0) or not np.isfinite(reduction):
+        return 1
+    return int(min(CHECK_EVERY, max(1.0, np.floor(np.log(reduction) / -np.log(rho)))))
 
 
 def release_mapped(arr: np.ndarray) -> bool:
@@ -635,16 +656,18 @@ class _Workspace:
     block (the last one of a call) uses the front of the same memory.
     """
 
-    def __init__(self, n_active: int, width: int, n_arrays: int = 4):
+    def __init__(self, n_active: int, width: int, n_arrays: int = 4, keeps: bool = False):
         self.n_active = n_active
         self.n_arrays = n_arrays
-        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays)]
+        self.keeps = keeps  # one more array: the mixed-precision solve's b, kept (`BatchedSolver._keeps_rhs`)
+        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays + keeps)]
 
     def fit(self, m: int) -> "_Workspace":
         """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats; with
         three arrays (the mixed-precision layout, `BatchedSolver._refine`) x and b only."""
         self.m = m
         views = [a[: self.n_active * m].reshape(self.n_active, m) for a in self._active]
+        self.kept = views[self.n_arrays] if self.keeps else None
         if self.n_arrays == 3:
             self.x, self.b = views[:2]
             self.x_prev = self.r = None
@@ -836,10 +859,11 @@ class BatchedSolver:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
         # the mixed-precision solve needs three block arrays (`_refine`), the float64 one four
         n_arrays = 3 if self._mixed() else 4
+        keeps = n_arrays == 3 and self._keeps_rhs()
         with self._spare_lock:
             ws = self._spare.pop() if self._spare else None
-        if ws is None or ws.n_arrays != n_arrays:
-            ws = _Workspace(self.n_active, self.block_size, n_arrays)
+        if ws is None or ws.n_arrays != n_arrays or ws.keeps != keeps:
+            ws = _Workspace(self.n_active, self.block_size, n_arrays, keeps)
         try:
             self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise, j0)
         finally:
@@ -902,6 +926,13 @@ class BatchedSolver:
         """Whether single-damping solves run mixed precision: asked for, and the operator has it."""
         return self.mixed_precision and getattr(self.op, "mixed_precision", False)
 
+    def _keeps_rhs(self) -> bool:
+        """Whether the mixed-precision solve keeps each block's b in a fourth array instead
+        of gathering it from the resets again before each float64 residual (`_refine`):
+        on small graphs, where the array is small and the numpy operator's gather of
+        CSR resets (~1.3 ms a block on the shared set, twice a block) is not."""
+        return self.n_active * self.block_size * 8 <= KEEP_RHS_BYTES
+
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
         `solve_unnormalised`: y within tol / 2 of the exact y, relative to the reset's
@@ -941,10 +972,16 @@ class BatchedSolver:
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
         elif ws.n_arrays == 3:  # `_mixed`: the workspace was laid out for it
+            if ws.kept is not None:  # a small block: b kept, a copy instead of a regather
+                np.copyto(ws.kept, b)
 
-            def make_b(out):  # this b again, without its component part
-                gather(out)
-                self.op.add_components(out, self._comp_of, self._comp_val, -beta)
+                def make_b(out):
+                    np.copyto(out, ws.kept)
+            else:
+
+                def make_b(out):  # this b again, without its component part
+                    gather(out)
+                    self.op.add_components(out, self._comp_of, self._comp_val, -beta)
 
             x = self._refine(b, d, ws, limit, l1, gamma, sigma, make_b)
         else:
@@ -991,8 +1028,9 @@ class BatchedSolver:
         Memory: three block arrays instead of the float64 path's four: z in ws.x; b,
         then rho, in ws.b, whose memory also holds a round's two float32 iterates once
         rho is turned into the round's float32 right-hand side; that and the float32
-        product live in the third. b is not kept: `make_b(out)` writes it again from
-        the resets (a cheap pass) before each residual.
+        product live in the third. b is not kept on large graphs: `make_b(out)` writes
+        it again from the resets (a cheap pass there) before each residual; small blocks
+        keep it in a fourth array (`_keeps_rhs`), and `make_b` copies it back.
         """
         z, rho = ws.x, b
         x32, xp32 = ws.halves(1)  # same memory as b / rho: used only between residuals
@@ -1035,19 +1073,41 @@ class BatchedSolver:
 
     def _chebyshev32(self, rhs, d, x, x_prev, r, rhs_l1, goal, gamma, sigma) -> np.ndarray:
         """Chebyshev iteration from 0 for (I - d S) c = rhs in float32 until every
-        column's float32 residual is within `goal`; returns c in x or x_prev."""
+        column's float32 residual is within `goal`; returns c in x or x_prev.
+
+        Only a step that may be the last computes its residual and L1 norms
+        (`chebyshev_step32`); on operators that have it (numpy's) the others just
+        advance the iterate (`chebyshev_advance32`: the product and three passes
+        instead of six). The polynomial bound says how many steps the largest
+        reduction asked for needs (`chebyshev_steps`; measured on the shared set, the
+        rounds stop within one step of it, L1 vs 2-norm aside), so the first check
+        comes CHECK_AHEAD steps before it (at the latest after CHECK_EVERY steps,
+        which also stops a round that diverges on a wrong interval long before
+        float32 overflows); after a check that does not stop, the next comes after
+        the steps the Chebyshev rate needs for what is left, rounded down (a check
+        too early costs a few passes, one too late a whole step). The stopping rule
+        is the one of checking every step, applied a step later at worst; what
+        accepts an answer is the float64 residual of `_refine` anyway.
+        """
         np.multiply(rhs, np.float32(gamma), out=x)  # x1 = gamma rhs: the free first step
         x_prev.fill(0.0)
         omega = 1.0 / (1.0 - sigma * sigma / 2.0)
         l1 = np.empty(rhs.shape[1])
         steps = chebyshev_steps(sigma, float((rhs_l1 / goal).max()))
-        for _ in range(min(self.max_iter, 2 * steps + 10)):
-            self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
-            if np.all(l1 <= goal):
-                x += r  # the free power step, in float32
-                return x
-            if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
-                return x
+        advance = getattr(self.op, "chebyshev_advance32", None)
+        check = 1 if advance is None else max(1, min(steps - CHECK_AHEAD, CHECK_EVERY))
+        for k in range(1, min(self.max_iter, 2 * steps + 10) + 1):
+            if k < check:
+                advance(d, x, x_prev, rhs, gamma, omega, r)
+            else:
+                self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
+                if np.all(l1 <= goal):
+                    x += r  # the free power step, in float32
+                    return x
+                if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
+                    return x
+                if advance is not None:
+                    check = k + _steps_at_rate(sigma, float((l1 / goal).max()))
             x, x_prev = x_prev, x
             omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
         return x  # out of steps: the float64 residual will tell
