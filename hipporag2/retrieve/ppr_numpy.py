@@ -10,8 +10,8 @@ shared MuSiQue set's 100 questions. `NumpyOperator` does the same operations wit
 scipy's CSR times dense block (compiled C; `csr_matvecs` adds into its output, which
 saves numpy's temporaries and passes) and numpy's array passes, and never imports
 numba, nor scipy itself: the product is scipy's `csr_matvecs` loaded from its extension
-file (`csr.sparsetools`; importing scipy.sparse would cost 170-250 ms). The passes in and out of the block and the residual are element-wise in the
-compiled loops' order (the same bits); the next iterate and the L1 norms round
+file (`csr.sparsetools`; importing scipy.sparse would cost 170-250 ms). The passes in
+and out of the block and the residual are element-wise in the compiled loops' order (the same bits); the next iterate and the L1 norms round
 differently (another summation order, far inside the solver's bound). It uses the
 plain CSR matrix S, not the panels, which only help the compiled gathers stay in cache.
 
@@ -106,7 +106,7 @@ class NumpyOperator:
         would make over the block; d is folded into a copy of S's values."""
         # (the solver's multi-shift CG compacts its blocks by fancy indexing, which may
         # leave them Fortran-ordered: those take the public product, ravel() would copy)
-        if _csr_matvecs is None or not (x.flags.c_contiguous and out.flags.c_contiguous):
+        if not (x.flags.c_contiguous and out.flags.c_contiguous):
             out += float(d) * np.asarray(self.S @ x)
             return
         S = self.S
@@ -246,7 +246,7 @@ class NumpyOperator:
         value = np.asarray(value)
         component = np.asarray(component)
         n, m = z.shape
-        if (_csr_matvecs is None or not z.flags.c_contiguous or value.dtype != z.dtype
+        if (not z.flags.c_contiguous or value.dtype != z.dtype
                 or component.dtype not in (np.int32, np.int64)):
             z += value[:, None] * coef[component]
             return
@@ -319,7 +319,7 @@ class NumpyOperator:
                                      np.arange(len(w), dtype=np.int64))
         _, w64, w32, indptr, indices = cached
         n, m = a.shape
-        if _csr_matvecs is None or not a.flags.c_contiguous:
+        if not a.flags.c_contiguous:
             out[...] = (CsrMatrix(indptr, indices, w64, (1, n)) @ a)[0]
             return
         acc = np.zeros(m, dtype=a.dtype)
