@@ -9,7 +9,8 @@ once per corpus and each line is joined from those pieces and the scores' reprs,
 which is what the json module writes for a float (`float.__repr__`, or NaN /
 Infinity / -Infinity). Those reprs (200 a query, in the checkpoint line and again in
 retrieval.jsonl) are made by orjson where it writes the same text (`_finite_float_texts`:
-its shortest digits are repr's; the layouts that differ are re-made by repr). Anything that is not the plain shape (a score that is not a
+its shortest digits are repr's; the layouts that differ are re-laid out as repr's).
+Anything that is not the plain shape (a score that is not a
 float, details that would overwrite a line's own keys) goes through `json.dumps`
 itself, so the bytes never depend on which path ran; tests/test_result_lines.py
 compares both on random results.
