@@ -92,7 +92,7 @@ def test_index_json_parsed_as_the_json_module_parses_it():
     """index.json goes through orjson where it gives json's values; what it refuses
     (NaN, 1e400, lone surrogate escapes), reads otherwise (an int beyond 64 bits: a
     float) or does not know (other keys) goes through json, or fails as json fails."""
-    from hipporag2.graph.store import _parse_index_json
+    from hipporag2.graph.store import parse_index_json
 
     def doc(**change):
         d = {"passages": ['Ünïcødé "q" \\ \n\t', "emoji \U0001F600", ""], "titles": ["t", "", "x"],
@@ -105,9 +105,9 @@ def test_index_json_parsed_as_the_json_module_parses_it():
              doc(phrase_passages=[[2**64 + 1]]), doc(n_vertices=2**65), doc(extra=[1.5]), doc(corpus_idx=[1.0]),
              '{"a": NaN}', '["\\ud800"]', '{"a": 1, "a": 2}', '[1.5, 1e400]', '[1, 2]', doc().replace("5}", "NaN}")]
     for text in texts:
-        got = _parse_index_json(text.encode("utf-8", "surrogatepass"))
+        got = parse_index_json(text.encode("utf-8", "surrogatepass"))
         want = json.loads(text)
         assert repr(got) == repr(want)
     for bad in (b'{"a": ', b"\xff\xfe{", b""):
         with pytest.raises(ValueError):
-            _parse_index_json(bad)
+            parse_index_json(bad)
