@@ -60,7 +60,9 @@ The arithmetic on the block goes through an operator object with two implementat
 of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
 panels, prefetching, the fused Chebyshev step), fastest per step, and
 `ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
-numba. numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
+numba. Neither imports scipy: S and the resets are `csr.CsrMatrix`, whose products are
+scipy's compiled loops loaded without the package (its import would cost a run
+0.2-0.5 s); only preparing a graph (`prepare_graph`, `spectral_interval`) imports it. numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
 100-question run on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
 NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
 once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
