@@ -156,8 +156,23 @@ class NumpyOperator:
         w, g = float(omega), float(gamma)
         x_prev *= x_prev.dtype.type(1.0 - w)
         self._axpy(w * (1.0 - g), x, x_prev)
-        self.add_product(x, w * g * float(d), x_prev)
+        self._add_product_times(x, float(d), w * g, x_prev)
         self._axpy(w * g, b, x_prev)
+
+    def _add_product_times(self, x, d: float, coef: float, out) -> None:
+        """out += coef d S x: d S's cached values times coef into this thread's copy (one
+        multiply of nnz values), as coef changes every step and the cache of
+        `_scaled_data` keeps a few values of d only."""
+        if _csr_matvecs is None or not (x.flags.c_contiguous and out.flags.c_contiguous):
+            self.add_product(x, coef * d, out)
+            return
+        scaled = self._scaled_data(d, out.dtype)
+        data = getattr(self._local, "data", None)
+        if data is None or data.shape != scaled.shape or data.dtype != scaled.dtype:
+            data = self._local.data = np.empty_like(scaled)
+        np.multiply(scaled, out.dtype.type(coef), out=data)
+        n, m = x.shape
+        _csr_matvecs(n, n, m, self.S.indptr, self.S.indices, data, x.ravel(), out.ravel())
 
     def residual_in_place(self, d, x, weight, r, l1) -> None:
         """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
