@@ -19,7 +19,12 @@ Like the compiled operator it has the mixed-precision methods (`mixed_precision`
 float64 residual, the same 1e-11 bound): scipy's product on float32 blocks with S's
 values in float32 cost ~0.3 of the float64 one per column on the shared set's graph
 (the block's gathered rows are half the bytes and stay in cache), and each float32
-pass moves half the bytes.
+pass moves half the bytes. Its step is the product plus separate passes, so it also
+has the step without its residual (`chebyshev_advance32`), which the solver runs
+wherever a float32 round cannot stop yet (`BatchedSolver._chebyshev32`). scipy's
+product costs per stored entry (~0.7 ms for S's 86k entries x 16 float32 columns,
+a diagonal's 18k entries ~0.1-0.17 ms), more than numpy's pass over a block, so the
+vector work stays in numpy passes rather than in diagonals added to the product.
 
 Which one a solver uses is decided by `ppr.choose_operator` from the size of S.
 """
@@ -37,7 +42,10 @@ except ImportError:  # a scipy that moved it: the public product (one temporary 
 
 # queries per block with this operator: each of its passes reads and writes whole
 # blocks, which must stay in cache between passes (on the shared set, 18k nodes, CPU
-# ms per query: 3.1-3.2 at 8-12, 3.4 at 16, 3.8 at 32 columns; compiled: 2.1 at 32)
+# ms per query: 3.1-3.2 at 8-12, 3.4 at 16, 3.8 at 32 columns; compiled: 2.1 at 32).
+# Re-measured after round 5 made its float32 steps cheaper (100 queries, 2 threads,
+# benchmarks/bench_ppr_numpy_steps.py --block-sizes): 16 to 32 within the noise of
+# each other, 8 and 50 slower; kept at 16
 BLOCK_SIZE = 16
 # rows of R one pass of `clean_sums` reads at a time (a cleaned copy of these is made)
 _CLEAN_BYTES = 8 << 20
