@@ -39,11 +39,12 @@ def _cpu() -> float:
 
 def pytest_sessionstart(session):
     _START["wall"] = time.perf_counter()
+    _START["epoch"] = time.time()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    item._hipporag2_t0 = (time.perf_counter(), _cpu())  # read when the teardown report is made
+    item._hipporag2_t0 = (time.perf_counter(), _cpu(), time.time())  # read when the teardown report is made
     yield
 
 
@@ -53,9 +54,10 @@ def pytest_runtest_makereport(item, call):
     start = getattr(item, "_hipporag2_t0", None)
     if call.when != "teardown" or start is None:
         return
-    t0, c0 = start
+    t0, c0, epoch0 = start
     report = outcome.get_result()
-    report.user_properties.append((_KEY, {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(_cpu() - c0, 2)}))
+    report.user_properties.append((_KEY, {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(_cpu() - c0, 2),
+                                          "start": round(epoch0, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}))
 
 
 def pytest_runtest_logreport(report):
@@ -65,7 +67,8 @@ def pytest_runtest_logreport(report):
     for key, value in report.user_properties:
         if key == _KEY:
             _ROWS.append({"nodeid": report.nodeid, "file": report.nodeid.split("::")[0],
-                          "wall_s": value["wall_s"], "cpu_s": value["cpu_s"]})
+                          "wall_s": value["wall_s"], "cpu_s": value["cpu_s"], "worker": value.get("worker", ""),
+                          "start_s": round(float(value.get("start", 0.0)) - _START.get("epoch", 0.0), 1)})
 
 
 def per_file(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
@@ -81,6 +84,22 @@ def per_file(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
     return sorted(out, key=lambda r: -float(r["cpu_s"]))
 
 
+def worker_lines(rows: List[Dict[str, object]]) -> List[str]:
+    """Per xdist worker: its tests' wall and CPU seconds and when its last test ended
+    (seconds after the session started), which shows how long a core was left idle."""
+    acc: Dict[str, Dict[str, float]] = defaultdict(lambda: {"tests": 0, "wall_s": 0.0, "cpu_s": 0.0, "end_s": 0.0})
+    for r in rows:
+        if not r.get("worker"):
+            continue
+        a = acc[str(r["worker"])]
+        a["tests"] += 1
+        a["wall_s"] += float(r["wall_s"])
+        a["cpu_s"] += float(r["cpu_s"])
+        a["end_s"] = max(a["end_s"], float(r["start_s"]) + float(r["wall_s"]))
+    return [f"  worker {w}: {int(a['tests'])} tests, {a['wall_s']:.1f} s wall, {a['cpu_s']:.1f} cpu, last test ended at {a['end_s']:.1f} s"
+            for w, a in sorted(acc.items())]
+
+
 def pytest_terminal_summary(terminalreporter, config):
     if not _ROWS or hasattr(config, "workerinput"):
         return
@@ -94,6 +113,8 @@ def pytest_terminal_summary(terminalreporter, config):
     workers = getattr(config.option, "numprocesses", None) or 0
     session_wall = time.perf_counter() - _START.get("wall", time.perf_counter())
     tr.write_line(f"session wall {session_wall:.1f} s on {workers or 'no'} xdist workers")
+    for line in worker_lines(_ROWS):
+        tr.write_line(line)
     target = os.environ.get("HIPPORAG2_TEST_TIMES")
     if target:
         with open(target, "w", encoding="utf-8") as f:

@@ -25,6 +25,7 @@ fixture), and puts the long groups first, so that the two workers start on them.
 """
 import json
 import os
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -59,6 +60,65 @@ if _THREADS:
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, str(_THREADS))
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def idle_core_threads(cores: int, load1: float, own_threads: int, base: int) -> int:
+    """torch threads for the next MiniLM encoder call of a worker: its share (`base`)
+    plus the cores nobody else is using now.
+
+    The 1-minute load average counts runnable threads; this process's own
+    (`own_threads`, busy while it encodes) are taken out, and the rest is the other
+    worker's tests and their children. Rounded with a dead band of 0.2 core either
+    way, so that the load average's lag (it follows a change over about a minute) does
+    not flip the count on every call."""
+    others = max(0.0, load1 - own_threads)
+    free = cores - others
+    want = int(free + 0.3) if own_threads < free else int(free + 0.7)  # dead band around the current count
+    return max(base, min(cores, want))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _minilm_takes_idle_cores():
+    """Under xdist, MiniLM encoder calls use the cores the other worker leaves idle.
+
+    A worker gets one thread (cores // workers, above), which is right while both
+    workers compute. But the shared set's embedding (~35k texts, ~470 CPU s, the
+    musique group's first set-up) runs for minutes beside the other worker's tests,
+    which often wait (vLLM engines starting, servers, subprocesses sleeping between
+    signals) or have all finished: with one thread the second core then sits idle.
+    So before each encoder call (256 texts) the worker takes idle_core_threads(...)
+    torch threads, and restores its count after. The vectors do not depend on the
+    thread count (checked bitwise on the shared set's passages, phrases and facts, 1
+    against 2 threads: docs/testing.md "Round 5"), so nothing a test compares changes;
+    only child processes and other in-process torch work keep the worker's share."""
+    if not _THREADS:
+        yield
+        return
+    from hipporag2.embed import encoders
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    plain = encoders.SentenceTransformerEncoder._encode
+    trace = os.environ.get("HIPPORAG2_TEST_THREAD_LOG")  # measuring: one line per encoder call
+
+    def encode(self, texts, instruction):
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(idle_core_threads(cores, os.getloadavg()[0], self.__dict__.get("_hipporag2_threads", before), before))
+        self._hipporag2_threads = torch.get_num_threads()
+        try:
+            return plain(self, texts, instruction)
+        finally:
+            torch.set_num_threads(before)
+            if trace:
+                with open(trace, "a", encoding="utf-8") as f:
+                    f.write(f"{time.time():.1f} {os.environ.get('PYTEST_XDIST_WORKER', '')} {before}->{self._hipporag2_threads} {len(texts)} {os.getloadavg()[0]:.2f}\n")
+
+    encoders.SentenceTransformerEncoder._encode = encode
+    try:
+        yield
+    finally:
+        encoders.SentenceTransformerEncoder._encode = plain
 
 
 @pytest.fixture(scope="session")

@@ -43,3 +43,33 @@ def test_left_alone_when_something_else_froze_or_disabled():
             assert gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+def test_collections_paused_inside_the_block_and_back_after_it():
+    from hipporag2.gc_pause import collections_paused
+
+    collected = []
+
+    def count(phase, info):
+        if phase == "stop":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with collections_paused():
+            assert not gc.isenabled()
+            cycles = [Node() for _ in range(5000)]  # enough new containers to set off collections
+            del cycles
+            assert collected == []
+        assert gc.isenabled()
+        gc.collect()
+        assert sum(type(o) is Node for o in gc.get_objects()) == 0  # the cycles made inside are freed after
+        gc.disable()
+        try:
+            with collections_paused():  # the collector was off: left off
+                pass
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(count)

@@ -115,7 +115,7 @@ class GraphRetriever:
         cache = None if index.path is None else index.path / "ppr"
         self.solver = make_index_solver(cfg.ppr_solver, edges, graph, cache)
         self._ppr_out = OutputBuffer()  # PPR answers of one piece of a block, reused by the next
-        self.passages_per_phrase = [len(p) for p in index.phrase_passages]
+        self.passages_per_phrase = list(map(len, index.phrase_passages))
         self._passage_phrase = None
         self._fact_chain = None
 
