@@ -93,12 +93,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import scipy.sparse as sp
+
+from hipporag2.retrieve.csr import CsrMatrix, as_csr, is_sparse
 
 if TYPE_CHECKING:  # igraph is imported by the callers that hand over a graph: importing it
     # here would cost every batched run the import (igraph pulls in matplotlib for its
     # drawing code: ~1.5 s idle, 15 s on the loaded 2-core machine)
     import igraph as ig
+    # and scipy.sparse where a graph is prepared only, never by a run on a saved preparation
+    # (170-250 ms of import: see `csr`)
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import LinearOperator
 
 from hipporag2.retrieve.ppr_panels import Panels
 
@@ -124,17 +129,15 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndar
         raise ValueError(f"out must be a float64 array of shape {tuple(shape)}, got {got}")
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be C-contiguous and writeable")
-    if np.may_share_memory(out, resets.data if sp.issparse(resets) else resets):
+    if np.may_share_memory(out, resets.data if is_sparse(resets) else resets):
         raise ValueError("out must not overlap the reset vectors")
     return out
 
 
-def sparse_resets(resets) -> sp.csr_matrix:
-    """Resets given as a scipy sparse matrix, as canonical float64 CSR (sorted indices;
-    duplicate entries add up, as they do when scipy densifies the matrix)."""
-    R = sp.csr_matrix(resets, dtype=np.float64)
-    R.sum_duplicates()  # also sorts
-    return R
+def sparse_resets(resets) -> CsrMatrix:
+    """Resets given as a `csr.CsrMatrix` or a scipy sparse matrix, as canonical float64 CSR
+    (sorted indices; duplicate entries add up, as they do when scipy densifies the matrix)."""
+    return as_csr(resets)
 
 
 def sparse_clean_sums(R, mask: np.ndarray | None = None) -> np.ndarray:
@@ -163,7 +166,7 @@ class CsrRows:
     data: np.ndarray
 
     @classmethod
-    def of(cls, R: sp.csr_matrix, rows: slice) -> "CsrRows":
+    def of(cls, R: CsrMatrix, rows: slice) -> "CsrRows":
         return cls(R.indptr[rows.start : rows.stop + 1], R.indices, R.data)
 
 
@@ -199,7 +202,8 @@ class PPRSolver(Protocol):
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
         """resets: (q, n) reset vectors (not necessarily normalised; a numpy array, or a
-        scipy sparse matrix, whose rows a query's few seeds fill far more cheaply); returns (q, n), or
+        sparse matrix, `csr.CsrMatrix` or scipy's, whose rows a query's few seeds fill far more
+        cheaply); returns (q, n), or
         only the nodes `columns` (a slice with step 1: e.g. the passages, all a ranking
         needs), written into `out` when it is given (see `output_array`)."""
 
@@ -213,11 +217,13 @@ class PrpackSolver:
 
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
-        resets = sparse_resets(resets) if sp.issparse(resets) else np.atleast_2d(resets)
+        sparse = is_sparse(resets)
+        resets = sparse_resets(resets) if sparse else np.atleast_2d(resets)
         n = self.graph.vcount()
         j0, j1 = column_range(columns, n)
         out = output_array(out, (resets.shape[0], j1 - j0), resets)
-        for i, reset in enumerate(resets):
+        for i in range(resets.shape[0]):
+            reset = resets.rows_dense(slice(i, i + 1))[0] if sparse else resets[i]
             out[i] = self.graph.personalized_pagerank(
                 vertices=range(n),
                 damping=damping,
@@ -225,7 +231,7 @@ class PrpackSolver:
                 weights=self._weights,
                 # the reference hands igraph the numpy array itself (not a list);
                 # igraph's conversion of it is part of what one call costs
-                reset=clean_reset(reset.toarray().ravel() if sp.issparse(reset) else reset),
+                reset=clean_reset(reset),
                 implementation="prpack",
             )[j0:j1]
         return out
@@ -276,7 +282,7 @@ class PreparedGraph:
     pos: np.ndarray  # (n,) node -> its row in the block (`node_order`); nodes without edges last
     n_active: int
     sqrt_deg: np.ndarray  # (n_active,)
-    S: sp.csr_matrix  # (n_active, n_active), D^-1/2 W D^-1/2 in the block's order
+    S: CsrMatrix  # (n_active, n_active), D^-1/2 W D^-1/2 in the block's order
     panels: Panels
     comp_of: np.ndarray  # (n_active,) component of each row
     comp_val: np.ndarray  # (n_active,) that component's unit eigenvector there
@@ -295,9 +301,11 @@ class PreparedGraph:
         order[self.pos] = np.arange(self.n)
         return order[: self.n_active]
 
-    def components(self) -> sp.csr_matrix:
-        """One unit column per connected component (see `component_vectors`)."""
-        return sp.csr_matrix((self.comp_val, self.comp_of, np.arange(self.n_active + 1)), shape=(self.n_active, self.n_comp))
+    def components(self) -> CsrMatrix:
+        """One unit column per connected component (see `component_vectors`), with the
+        index dtype of `comp_of` (scipy's `components().T @ b` read the same arrays)."""
+        return CsrMatrix(np.arange(self.n_active + 1, dtype=self.comp_of.dtype), self.comp_of, self.comp_val,
+                         (self.n_active, self.n_comp))
 
 
 def node_order(W: sp.csr_matrix, deg: np.ndarray) -> np.ndarray:
@@ -326,6 +334,8 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     """The solver's view of an undirected weighted multigraph given as edge arrays
     (no igraph graph needed): the edges prpack keeps, S, its panels, the components.
     `with_interval` also finds the spectral interval (Lanczos; otherwise on first need)."""
+    import scipy.sparse as sp  # preparing a graph: reverse Cuthill-McKee, components, Lanczos
+
     w = np.asarray(weight, dtype=np.float64)
     if np.isnan(w).any():
         # prpack would return all-NaN scores; nothing to reproduce there
@@ -350,7 +360,8 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     block = max(1, int(block_size))
     panels = Panels.build(S, max(1024, PANEL_BYTES // (8 * block)))
     V = component_vectors(S, sqrt_deg)
-    prep = PreparedGraph(n, block, pos, n_active, sqrt_deg, S, panels, V.indices.astype(np.int64), V.data, V.shape[1])
+    prep = PreparedGraph(n, block, pos, n_active, sqrt_deg, CsrMatrix(S.indptr, S.indices, S.data, S.shape), panels,
+                         V.indices.astype(np.int64), V.data, V.shape[1])
     if with_interval and n_active:
         prep.interval = spectral_interval(S, V)
     return prep
@@ -364,7 +375,7 @@ class _Operator:
     (see `ppr_kernels`); the loops themselves are compiled and release the GIL.
     """
 
-    def __init__(self, S: sp.csr_matrix, panels: Panels):
+    def __init__(self, S: CsrMatrix, panels: Panels):
         from hipporag2.retrieve import ppr_kernels  # numba: imported by solvers that use it only
 
         self.S = S
@@ -483,15 +494,22 @@ def choose_operator(nnz: int, operator: str | None = None) -> str:
     return operator
 
 
-def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
+def _scipy_csr(A):
+    """A as a scipy sparse matrix, for the preparation's scipy routines (imports scipy)."""
+    return A.to_scipy() if isinstance(A, CsrMatrix) else A
+
+
+def component_vectors(S, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     """One unit column per connected component: sqrt(deg) there, 0 elsewhere.
 
     Each is an eigenvector of S with eigenvalue exactly 1, the slowest direction for
     any iteration; the solver takes that part of the reset out and solves it in closed
     form, (I - d S) v = (1 - d) v.
     """
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components  # only when preparing a graph
 
+    S = _scipy_csr(S)
     n = S.shape[0]
     n_comp, label = connected_components(S, directed=False)
     V = sp.csr_matrix((sqrt_deg, (np.arange(n), label)), shape=(n, n_comp))
@@ -499,10 +517,12 @@ def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix(V @ sp.diags(1.0 / norms)) if n_comp else V
 
 
-def deflated_operator(S: sp.csr_matrix, V: sp.csr_matrix) -> LinearOperator:
-    """S restricted to the complement of V's columns: x -> P S P x, P = I - V V^T."""
+def deflated_operator(S, V) -> LinearOperator:
+    """S restricted to the complement of V's columns: x -> P S P x, P = I - V V^T.
+    S, V: `csr.CsrMatrix` or scipy sparse."""
     from scipy.sparse.linalg import LinearOperator  # only when preparing a graph
 
+    S, V = _scipy_csr(S), _scipy_csr(V)
     n = S.shape[0]
 
     def apply(x):
@@ -514,7 +534,7 @@ def deflated_operator(S: sp.csr_matrix, V: sp.csr_matrix) -> LinearOperator:
     return LinearOperator((n, n), matvec=apply, matmat=apply, dtype=np.float64)
 
 
-def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) -> tuple[float, float]:
+def spectral_interval(S, V, margin: float = 1e-3) -> tuple[float, float]:
     """[lo, hi] holding every eigenvalue of S on the complement of V's columns.
 
     Lanczos (ARPACK) finds the extremes from inside, so they are widened by `margin`;
@@ -763,7 +783,7 @@ class BatchedSolver:
         of all resets would be another q x n array (0.8 GB at 1000 x 100k), and even a
         block-sized one is fresh memory on every call.
         """
-        if sp.issparse(resets):
+        if is_sparse(resets):
             R = sparse_resets(resets)
             if R.shape[1] != self.n:
                 raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
@@ -855,12 +875,12 @@ class BatchedSolver:
         start_block = getattr(self.op, "start_block", None)  # `ppr_numpy.TieredOperator` counts its work
         if start_block is not None:
             start_block(rows.stop - rows.start)
-        csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
+        csr = isinstance(R, CsrMatrix) and hasattr(self.op, "gather_resets_csr")
         full = R
         if csr:
             R = CsrRows.of(R, rows)
-        elif sp.issparse(R):  # an operator without the CSR passes: this block dense
-            R = R[rows].toarray()
+        elif isinstance(R, CsrMatrix):  # an operator without the CSR passes: this block dense
+            R = R.rows_dense(rows)
         else:
             R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
         scale = scale[rows]
@@ -890,7 +910,7 @@ class BatchedSolver:
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
                 cut = slice(j0, j0 + out.shape[2])
-                part = full[rows][:, cut].toarray() if csr else R[:, cut]
+                part = full.rows_dense(rows, cut) if csr else R[:, cut]
                 np.divide(clean_reset(part), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]

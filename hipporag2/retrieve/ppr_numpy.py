@@ -1,4 +1,4 @@
-"""The batched PPR solver's block operations in numpy and scipy, for small graphs.
+"""The batched PPR solver's block operations in numpy and scipy's compiled loops, for small graphs.
 
 `BatchedSolver` does all its arithmetic through an operator object: x -> x - d S x
 over a block of columns, the fused Chebyshev step, and the passes in and out of the
@@ -9,8 +9,9 @@ took ~0.4 CPU s (results/perf/ppr_operator.md), more than the compiled PPR of th
 shared MuSiQue set's 100 questions. `NumpyOperator` does the same operations with
 scipy's CSR times dense block (compiled C; `csr_matvecs` adds into its output, which
 saves numpy's temporaries and passes) and numpy's array passes, and never imports
-numba. The passes in and out of the block and the residual are element-wise in the
-compiled loops' order (the same bits); the next iterate and the L1 norms round
+numba, nor scipy itself: the product is scipy's `csr_matvecs` loaded from its extension
+file (`csr.sparsetools`; importing scipy.sparse would cost 170-250 ms). The passes in
+and out of the block and the residual are element-wise in the compiled loops' order (the same bits); the next iterate and the L1 norms round
 differently (another summation order, far inside the solver's bound). It uses the
 plain CSR matrix S, not the panels, which only help the compiled gathers stay in cache.
 
@@ -33,12 +34,12 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import scipy.sparse as sp
 
-try:  # y += A x for a CSR A and a dense block, in place: what `A @ x` runs on a zeroed y
-    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
-except ImportError:  # a scipy that moved it: the public product (one temporary per call)
-    _csr_matvecs = None
+from hipporag2.retrieve.csr import CsrMatrix, csr_of, sparsetools
+
+# y += A x for a CSR A and a dense block, in place: what `A @ x` runs on a zeroed y
+# (scipy's compiled loop, without importing scipy: `csr.sparsetools`)
+_csr_matvecs = sparsetools().csr_matvecs
 
 # queries per block with this operator: each of its passes reads and writes whole
 # blocks, which must stay in cache between passes (on the shared set, 18k nodes, CPU
@@ -58,8 +59,8 @@ class NumpyOperator:
     the solver's renumbering; the methods that take `pos` must be given this one.
     """
 
-    def __init__(self, S: sp.csr_matrix, pos: np.ndarray):
-        self.S = S if isinstance(S, sp.csr_matrix) else sp.csr_matrix(S)
+    def __init__(self, S: CsrMatrix, pos: np.ndarray):
+        self.S = csr_of(S)  # as the solver holds it; scipy's CSR matrices are read as they are
         self.pos = np.asarray(pos)
         self.n_active = self.S.shape[0]
         # the nodes with edges in block order, and the nodes without edges
@@ -113,7 +114,7 @@ class NumpyOperator:
         would make over the block; d is folded into a copy of S's values."""
         # (the solver's multi-shift CG compacts its blocks by fancy indexing, which may
         # leave them Fortran-ordered: those take the public product, ravel() would copy)
-        if _csr_matvecs is None or not (x.flags.c_contiguous and out.flags.c_contiguous):
+        if not (x.flags.c_contiguous and out.flags.c_contiguous):
             out += float(d) * np.asarray(self.S @ x)
             return
         S = self.S
@@ -268,7 +269,7 @@ class NumpyOperator:
         value = np.asarray(value)
         component = np.asarray(component)
         n, m = z.shape
-        if (_csr_matvecs is None or not z.flags.c_contiguous or value.dtype != z.dtype
+        if (not z.flags.c_contiguous or value.dtype != z.dtype
                 or component.dtype not in (np.int32, np.int64)):
             z += value[:, None] * coef[component]
             return
@@ -341,8 +342,8 @@ class NumpyOperator:
                                      np.arange(len(w), dtype=np.int64))
         _, w64, w32, indptr, indices = cached
         n, m = a.shape
-        if _csr_matvecs is None or not a.flags.c_contiguous:
-            out[...] = (sp.csr_matrix((w64, indices, indptr), shape=(1, n)) @ a)[0]
+        if not a.flags.c_contiguous:
+            out[...] = (CsrMatrix(indptr, indices, w64, (1, n)) @ a)[0]
             return
         acc = np.zeros(m, dtype=a.dtype)
         _csr_matvecs(1, n, m, indptr, indices, w32 if a.dtype == np.float32 else w64, a.ravel(), acc)
@@ -363,7 +364,7 @@ class TieredOperator:
     state of their own about a solve, so the switch is safe between any two calls.
     """
 
-    def __init__(self, S: sp.csr_matrix, pos: np.ndarray, panels, budget: float):
+    def __init__(self, S: CsrMatrix, pos: np.ndarray, panels, budget: float):
         self.S = S
         self._panels = panels
         self._numpy = NumpyOperator(S, pos)
