@@ -172,7 +172,7 @@ class NumpyOperator:
         """out += coef d S x: d S's cached values times coef into this thread's copy (one
         multiply of nnz values), as coef changes every step and the cache of
         `_scaled_data` keeps a few values of d only."""
-        if _csr_matvecs is None or not (x.flags.c_contiguous and out.flags.c_contiguous):
+        if not (x.flags.c_contiguous and out.flags.c_contiguous):
             self.add_product(x, coef * d, out)
             return
         scaled = self._scaled_data(d, out.dtype)
