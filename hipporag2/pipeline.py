@@ -140,7 +140,10 @@ class LazyLLM:
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
     if cfg.openie.import_path:
-        imp = import_openie(cfg.openie.import_path, corpus)
+        # the file's ~100k lists and dicts are kept through the run and hold no cycles:
+        # collections during its parse would walk them (and everything alive) to find nothing
+        with long_lived_frozen(), collections_paused():
+            imp = import_openie(cfg.openie.import_path, corpus)
         report.update(
             openie_source=str(cfg.openie.import_path),
             openie_passages_missing=len(imp.missing),
@@ -226,9 +229,7 @@ def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool,
 
 
 def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings) -> Index:
-    # the OpenIE file's ~100k lists and dicts are kept through the run and hold no cycles:
-    # collections during its parse would walk them (and everything alive) to find nothing
-    with timings.stage("openie"), long_lived_frozen(), collections_paused():
+    with timings.stage("openie"):
         extractions, openie_key = get_openie(cfg, corpus, llm, report)
     # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
     check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),

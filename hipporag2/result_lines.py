@@ -9,7 +9,8 @@ once per corpus and each line is joined from those pieces and the scores' reprs,
 which is what the json module writes for a float (`float.__repr__`, or NaN /
 Infinity / -Infinity). Those reprs (200 a query, in the checkpoint line and again in
 retrieval.jsonl) are made by orjson where it writes the same text (`_finite_float_texts`:
-its shortest digits are repr's; the layouts that differ are re-made by repr). Anything that is not the plain shape (a score that is not a
+its shortest digits are repr's; the layouts that differ are re-laid out as repr's).
+Anything that is not the plain shape (a score that is not a
 float, details that would overwrite a line's own keys) goes through `json.dumps`
 itself, so the bytes never depend on which path ran; tests/test_result_lines.py
 compares both on random results.
@@ -49,13 +50,16 @@ def float_text(x: float) -> str:
 
 
 # floats whose shortest digits orjson writes in another layout than repr: 1e-9 <= |x| < 1e-5
-# as "4.1e-9" (repr: "4.1e-09"), 1e-5 <= |x| < 1e-4 positionally ("0.000041", repr "4.1e-05")
+# as "4.1e-9" (repr: "4.1e-09"), 1e-5 <= |x| < 1e-4 positionally ("0.000041", repr "4.1e-05");
+# `_repr_layout` re-lays them out
 _ORJSON_OTHER_LAYOUT = ("e-", "0.0000")
 # one value of every layout (and band edge) repr writes: orjson is used only if it writes all of them as repr does
 _PROBES = (0.0, -0.0, 1.0, -2.5, 0.1, 1 / 3, 100.0, 123456789012345.6, 9999999999999998.0, 1e16, 1.2345e16,
            1e22, 1.7976931348623157e308, 0.0001, 0.00012345678901234567, 0.0009999999999999998, 1e-4,
            0.00032941598368275087, 0.016699855791216543, 1e-10, 1.234567e-10, 5e-324, 2.2250738585072014e-308,
-           float.fromhex("0x1.fffffffffffffp-14"), float.fromhex("0x1.0p-13"), 0.30000000000000004)
+           float.fromhex("0x1.fffffffffffffp-14"), float.fromhex("0x1.0p-13"), 0.30000000000000004,
+           # the layouts that differ (re-made by `_repr_layout`) and their edges
+           1e-5, -1e-5, 1.5e-5, 9.999999999999999e-05, 4.121034241327621e-09, 1e-9, 9.99e-10, 3e-7, -2.5e-6)
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,7 +71,8 @@ def _orjson():
     except ImportError:
         return None
     try:
-        texts = orjson.dumps(list(_PROBES)).decode()[1:-1].split(",")
+        texts = [_repr_layout(t) if "e-" in t or t.startswith(("0.0000", "-0.0000")) else t
+                 for t in orjson.dumps(list(_PROBES)).decode()[1:-1].split(",")]
         ints = orjson.dumps([0, -1, 2**63 - 1, -(2**63)]).decode()
     except Exception:
         return None
@@ -91,7 +96,7 @@ def _finite_float_texts(xs: Sequence) -> Tuple[List[str], str] | None:
     Formatting the shortest digits of a float is most of a checkpoint line's cost
     (float.__repr__, David Gay's dtoa: ~0.5 us each, 200 per query); orjson finds the
     same shortest digits (Ryu) ~40x faster and lays them out as repr does, except for
-    1e-9 <= |x| < 1e-4 (`_ORJSON_OTHER_LAYOUT`), which repr writes; non-finite values
+    1e-9 <= |x| < 1e-4 (`_ORJSON_OTHER_LAYOUT`), re-laid out by `_repr_layout`; non-finite values
     (orjson: null, json: NaN / Infinity) give None. tests/test_result_lines.py compares
     both on random floats of every magnitude."""
     if not set(map(type, xs)) <= {float}:
@@ -107,9 +112,24 @@ def _finite_float_texts(xs: Sequence) -> Tuple[List[str], str] | None:
         return None
     out = joined[1:-1].split(",")
     if any(m in joined for m in _ORJSON_OTHER_LAYOUT):
-        out = [float.__repr__(x) if "e-" in t or t.startswith(("0.0000", "-0.0000")) else t for x, t in zip(xs, out)]
+        out = [_repr_layout(t) if "e-" in t or t.startswith(("0.0000", "-0.0000")) else t for t in out]
         return out, "[" + ", ".join(out) + "]"
     return out, joined.replace(",", ", ")  # a float's text has no comma
+
+
+def _repr_layout(t: str) -> str:
+    """repr's layout of orjson's text of a float (the same shortest digits): a one-digit
+    exponent gets its zero ("4.1e-9" -> "4.1e-09"), 1e-5 <= |x| < 1e-4 is written
+    with an exponent ("0.000041" -> "4.1e-05"); anything else is already repr's."""
+    sign, body = ("-", t[1:]) if t.startswith("-") else ("", t)
+    e = body.find("e-")
+    if e >= 0:
+        exp = body[e + 2 :]
+        return t if len(exp) > 1 else sign + body[: e + 2] + "0" + exp
+    if body.startswith("0.0000") and body[6:7] not in ("", "0"):  # 0.0000d...: d >= 1 is the first digit
+        digits = body[6:]
+        return sign + digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + "e-05"
+    return float.__repr__(float(t))  # not a layout seen here: the same float (shortest digits), repr's text
 
 
 def _int_list_text(xs: Sequence) -> str | None:

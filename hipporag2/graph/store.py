@@ -116,7 +116,7 @@ class Index:
     @property
     def phrase_index(self) -> Dict[str, int]:
         if not hasattr(self, "_phrase_index"):
-            self._phrase_index = {p: i for i, p in enumerate(self.phrases)}
+            self._phrase_index = dict(zip(self.phrases, range(len(self.phrases))))  # the last of a repeated phrase, as a loop
         return self._phrase_index
 
     def _defer_checks(self, path: Path, entries: Dict[str, dict]) -> None:

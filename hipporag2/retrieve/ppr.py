@@ -695,7 +695,8 @@ class BatchedSolver:
     together in those products sit together and stay in cache. The
     solver keeps one set of block arrays per thread between calls (3 x nodes x
     block_size float64s each in the mixed-precision layout, ~75 MB on the MuSiQue-sized
-    graph; 4 in the float64 one) until `release_workspaces`.
+    graph, 4 where a block is small enough to keep its b, `_keeps_rhs`; 4 in the
+    float64 one) until `release_workspaces`.
     """
 
     def __init__(
