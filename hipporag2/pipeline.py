@@ -36,7 +36,7 @@ from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.gc_pause import long_lived_frozen
+from hipporag2.gc_pause import collections_paused, long_lived_frozen
 from hipporag2.gates import check_fallback_rate, check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
@@ -140,7 +140,10 @@ class LazyLLM:
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
     if cfg.openie.import_path:
-        imp = import_openie(cfg.openie.import_path, corpus)
+        # the file's ~100k lists and dicts are kept through the run and hold no cycles:
+        # collections during its parse would walk them (and everything alive) to find nothing
+        with long_lived_frozen(), collections_paused():
+            imp = import_openie(cfg.openie.import_path, corpus)
         report.update(
             openie_source=str(cfg.openie.import_path),
             openie_passages_missing=len(imp.missing),
@@ -354,8 +357,10 @@ class RetrievalCheckpoint:
     def append(self, start: int, results: List[RetrievalResult]) -> List[RetrievalResult]:
         """Persist a finished block; returns its results as read back from JSON (so a
         resumed and an uninterrupted run hold exactly the same values)."""
-        # json.dumps({"start": start, "rows": [...]}) and its json.loads, made cheaper (result_lines)
-        block = checkpoint_block(start, results)
+        # json.dumps({"start": start, "rows": [...]}) and its json.loads, made cheaper (result_lines);
+        # the values read back are acyclic: no collection need walk them (or the block's results)
+        with collections_paused():
+            block = checkpoint_block(start, results)
         self._log.write_text(block.text)
         self.results.extend(block.results)
         self.score_texts.extend(block.score_texts)

@@ -28,10 +28,10 @@ import time
 def warm() -> float:
     """Run every kernel on a small input; returns the seconds it took."""
     import numpy as np
-    import scipy.sparse as sp
 
     from hipporag2.graph.build import GraphEdges
     from hipporag2.graph.synonyms import synonym_arrays
+    from hipporag2.retrieve.csr import CsrMatrix
     from hipporag2.retrieve.ppr import BatchedSolver
     from hipporag2.retrieve.scoring import min_max_top_k
 
@@ -41,13 +41,16 @@ def warm() -> float:
     src, dst = rng.integers(0, n - 2, m), rng.integers(0, n - 2, m)  # the last two nodes stay isolated
     edges = GraphEdges(n, src, dst, rng.random(m) + 0.1, np.zeros(m, dtype=np.int8))
     R = rng.random((3, n))
+    rows, cols = np.nonzero(R)
+    # the retriever's resets (`graph_retriever.reset_rows`): int32 indices, float64 values
+    R_csr = CsrMatrix.from_coo(rows, cols, R[rows, cols], R.shape, np.int32)
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):  # made and saved, then loaded back (read-only arrays)
             # a graph this small would run on numpy (`ppr.choose_operator`): ask for the loops
             solver = BatchedSolver.from_edges(edges, tmp, operator="compiled")
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve(R, 0.5)
-            solver.solve(sp.csr_matrix(R), 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))  # the retriever's resets
+            solver.solve(R_csr, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))  # the retriever's resets
             solver.solve_unnormalised(R, [0.5, 0.3])
             # the float64 Chebyshev path (solvers asked for it, operators without float32)
             BatchedSolver.from_edges(edges, tmp, mixed_precision=False, operator="compiled").solve(R, 0.5)

@@ -3,6 +3,8 @@ file that fails its checksum is what gets reported (graph/store.py hashes in a s
 thread while index.json is parsed)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -84,3 +86,28 @@ def test_runs_defer_only_the_matrices_their_linking_does_not_read():
     for linking in ("query_to_node", "ner_to_node"):
         cfg.retrieval.linking = linking
         assert unread_embeddings(cfg) == ("fact",)
+
+
+def test_index_json_parsed_as_the_json_module_parses_it():
+    """index.json goes through orjson where it gives json's values; what it refuses
+    (NaN, 1e400, lone surrogate escapes), reads otherwise (an int beyond 64 bits: a
+    float) or does not know (other keys) goes through json, or fails as json fails."""
+    from hipporag2.graph.store import _parse_index_json
+
+    def doc(**change):
+        d = {"passages": ['Ünïcødé "q" \\ \n\t', "emoji \U0001F600", ""], "titles": ["t", "", "x"],
+             "corpus_idx": [0, 2**62, -5], "phrases": ["a", "c"], "facts": [["a", "b", "c"]],
+             "phrase_passages": [[], [1, 2]], "passage_facts": [[0], [], []], "n_vertices": 5}
+        d.update(change)
+        return json.dumps(d, ensure_ascii=False)
+
+    texts = [doc(), doc(passage_facts=None), doc(corpus_idx=[1, 123456789012345678901234567890]),
+             doc(phrase_passages=[[2**64 + 1]]), doc(n_vertices=2**65), doc(extra=[1.5]), doc(corpus_idx=[1.0]),
+             '{"a": NaN}', '["\\ud800"]', '{"a": 1, "a": 2}', '[1.5, 1e400]', '[1, 2]', doc().replace("5}", "NaN}")]
+    for text in texts:
+        got = _parse_index_json(text.encode("utf-8", "surrogatepass"))
+        want = json.loads(text)
+        assert repr(got) == repr(want)
+    for bad in (b'{"a": ', b"\xff\xfe{", b""):
+        with pytest.raises(ValueError):
+            _parse_index_json(bad)

@@ -15,6 +15,7 @@ import random
 import igraph as ig
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from hipporag2.retrieve import ppr
 from hipporag2.retrieve.ppr import BatchedSolver, rankings_agree
@@ -121,6 +122,79 @@ def test_float32_stall_hands_over_to_float64(monkeypatch, case, operator):
     assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL
 
 
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("d", [0.5, 0.85])
+def test_rounds_check_their_residual_only_where_they_may_stop(shape, d):
+    """The numpy operator's float32 rounds compute their residual only from a step before
+    the polynomial bound on (`_chebyshev32`): each round stops within a step of where
+    checking every step stops (the step alone rounds its float32 sum differently, so a
+    round's residual can cross its goal a step apart), with fewer residuals; the
+    answers stay within the bound of the float64 path."""
+    g = SHAPES[shape]
+    R = resets(g.vcount(), 20, seed=len(shape) + 1)
+    taken = {}
+    for label in ("every step", "schedule"):
+        solver = BatchedSolver(g, operator="numpy", n_threads=1, block_size=10)
+        if label == "every step":
+            solver.op.chebyshev_advance32 = None  # an operator without the step alone
+        calls = counted(solver, "chebyshev_step32", *(("chebyshev_advance32",) if label == "schedule" else ()))
+        rounds = []
+        original = solver._chebyshev32
+
+        def per_round(*a, _calls=calls, _rounds=rounds, _original=original):
+            before = sum(_calls.values()), _calls["chebyshev_step32"]
+            out = _original(*a)
+            _rounds.append((sum(_calls.values()) - before[0], _calls["chebyshev_step32"] - before[1]))
+            return out
+
+        solver._chebyshev32 = per_round
+        got = solver.solve(R, d)
+        taken[label] = rounds
+        want = BatchedSolver(g, operator="compiled", n_threads=1, mixed_precision=False).solve(R, d)
+        assert np.abs(got - want).sum(axis=1).max() <= 2 * TOL, label
+    every, ours = taken["every step"], taken["schedule"]
+    assert len(every) == len(ours) > 0
+    for (steps_every, _), (steps, checks) in zip(every, ours):
+        assert abs(steps - steps_every) <= 1, (every, ours)
+    assert sum(c for _, c in ours) < sum(s for s, _ in every), "every step still computed its residual"
+
+
+def test_next_check_by_the_chebyshev_rate():
+    """After a check that does not stop, the next comes after the steps the asymptotic
+    rate needs for what is left, rounded down, between 1 and CHECK_EVERY; a residual
+    that is NaN, infinite or already small enough is checked at the next step."""
+    sigma = 0.5
+    rho = sigma / (1 + np.sqrt(1 - sigma**2))  # ~0.268 a step
+    for steps in range(1, 6):
+        # a reduction just over rho^-steps needs `steps` steps; just under, one fewer
+        assert ppr._steps_at_rate(sigma, rho ** -steps * 1.01) == steps
+        assert ppr._steps_at_rate(sigma, rho ** -steps * 0.99) == max(1, steps - 1)
+    assert ppr._steps_at_rate(sigma, 1e300) == ppr.CHECK_EVERY
+    for reduction in (float("nan"), float("inf"), 0.5, 1.0):
+        assert ppr._steps_at_rate(sigma, reduction) == 1
+    assert ppr._steps_at_rate(0.0, 1e6) == 1  # one point: one step solves it
+
+
+@pytest.mark.parametrize("operator", ["compiled", "numpy"])
+def test_kept_and_regathered_right_hand_sides_give_the_same_bits(monkeypatch, operator):
+    """Small blocks keep their b for the float64 residuals (`_keeps_rhs`); large ones
+    gather it again from the resets, the same operations on the same inputs: the same
+    answers to the bit, through several rounds and the float64 finish."""
+    g = SHAPES["hubs"]
+    R = resets(g.vcount(), 12, seed=4)
+    monkeypatch.setattr(ppr, "F32_REACH", 1e-3)  # several rounds, so b is needed several times
+    kept = BatchedSolver(g, operator=operator, n_threads=1, block_size=8)
+    assert kept._keeps_rhs()
+    want = kept.solve(sp.csr_matrix(R), 0.5)
+    monkeypatch.setattr(ppr, "KEEP_RHS_BYTES", 0)
+    again = BatchedSolver(g, operator=operator, n_threads=1, block_size=8)
+    assert not again._keeps_rhs()
+    calls = counted(again, "gather_resets_csr")
+    got = again.solve(sp.csr_matrix(R), 0.5)
+    assert calls["gather_resets_csr"] > 2  # two blocks, each gathered more than once
+    np.testing.assert_array_equal(got, want)
+
+
 def test_more_rounds_when_float32_reaches_less(monkeypatch):
     """With a float32 round that gains only ~1e-3 (a coarse F32_REACH), reaching 1e-11
     takes several rounds of refinement; the answer is the same within the bound."""
@@ -222,7 +296,7 @@ def test_retriever_reset_rows_are_reset_vectors():
         want = reset_vector(n_phr, phrase[i], passage[i])
         if passage[i] is None:
             want = np.r_[want, np.zeros(n_pass)]
-        np.testing.assert_array_equal(R[i].toarray().ravel(), want)
+        np.testing.assert_array_equal(R.toarray()[i], want)
 
 
 @pytest.mark.parametrize("rows", [300, 700, 1024, 5000])

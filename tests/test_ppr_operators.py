@@ -135,6 +135,12 @@ def test_numpy_operations_against_the_compiled_ones():
         outs.append((nxt, r, l1))
     for a, c in zip(*outs):  # float32 rounding, in two summation orders
         np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
+    # numpy's step without its residual: the same next iterate, r left alone
+    nxt, r = x_prev.astype(f), np.full((na, m), np.nan, f)
+    ours.chebyshev_advance32(0.7, x.astype(f), nxt, b.astype(f), 0.9, 1.3, r)
+    np.testing.assert_allclose(nxt, outs[0][0], rtol=1e-5, atol=1e-5)
+    assert np.isnan(r).all()
+    assert getattr(theirs, "chebyshev_advance32", None) is None  # its fused step's residual is free
     res = []
     for op in (ours, theirs):
         r, l1 = b.copy(), np.empty(m)

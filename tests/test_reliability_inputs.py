@@ -361,3 +361,23 @@ def test_fuzz_bytes(data):
     p.write_bytes(data)
     for fn in (read_json, load_corpus, load_queries, parse_openie):
         _valid_or_data_error(fn, p)
+
+
+def test_openie_strings_checked_with_their_field_named(tmp_path, monkeypatch):
+    """OpenIE strings pass or fail as check_text decides (ASCII ones checked without
+    naming the field first): the size limit in bytes, lone surrogates, the record named."""
+    def doc(triples, ents=()):
+        return {"docs": [{"passage": "T\nx", "extracted_entities": list(ents), "extracted_triples": triples}]}
+
+    monkeypatch.setenv("HIPPORAG2_MAX_FIELD_BYTES", "10")
+    ok = _write(tmp_path, "ok.json", doc([["a" * 10, "é" * 5, "b"]], ["é" * 5, "x" * 10]))
+    assert parse_openie(ok)[0].triples == [["a" * 10, "é" * 5, "b"]]
+    cases = [(doc([["a" * 11, "p", "o"]]), r"record docs\[0\], field 'extracted_triples\[0\]\[0\]': string of 11 characters"),
+             (doc([["s", "p", "é" * 5 + "x"]]), r"field 'extracted_triples\[0\]\[2\]': string of 11 bytes"),
+             (doc([], ["ok", "y" * 11]), r"field 'extracted_entities\[1\]': string of 11 characters")]
+    for i, (obj, msg) in enumerate(cases):
+        with pytest.raises(DataError, match=msg):
+            parse_openie(_write(tmp_path, f"bad{i}.json", obj))
+    bad = _raw(tmp_path, "sur.json", b'{"docs": [{"passage": "T\\nx", "extracted_triples": [["s", "p", "o \\ud800"]]}]}')
+    with pytest.raises(DataError, match=r"field 'extracted_triples\[0\]\[2\]': invalid Unicode"):
+        parse_openie(bad)

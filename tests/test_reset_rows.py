@@ -23,7 +23,7 @@ def test_rows_equal_the_dense_resets():
         phrase_seeds.append(seeds)
         passage_seeds.append(ps)
     R = reset_rows(phrase_seeds, passage_seeds, n_phr, n_phr + n_pas)
-    assert R.shape == (40, n_phr + n_pas) and R.has_sorted_indices
+    assert R.shape == (40, n_phr + n_pas) and R.has_canonical_format  # sorted, no duplicates
     for r, (seeds, ps) in enumerate(zip(phrase_seeds, passage_seeds)):
         want = reset_vector(n_phr, seeds, ps)
         if ps is None:

@@ -134,3 +134,47 @@ def test_written_files_equal_the_plain_writers(tmp_path):
     again = RetrievalCheckpoint(tmp_path / "partial.jsonl", "key", ids, 5)
     assert again.resume() == 12
     assert [(r.ranked, r.scores, r.details) for r in again.results] == [(r.ranked, r.scores, r.details) for r in back]
+
+
+def magnitudes(rng, n):
+    """Floats of every decimal magnitude (each band where orjson and repr lay digits out
+    differently, and their edges), signed, with float32 values and exact powers of ten."""
+    exp = rng.integers(-330, 308, size=n)
+    x = rng.random(n) * 10.0 ** exp.astype(np.float64)
+    x[::7] = rng.random(len(x[::7])) * 10.0 ** rng.integers(-11, -2, size=len(x[::7]))  # the bands near 1e-9..1e-4
+    x[1::7] = np.float32(rng.random(len(x[1::7]))).astype(np.float64) * 10.0 ** rng.integers(-6, 1, size=len(x[1::7]))
+    x[2::7] = 10.0 ** rng.integers(-12, 20, size=len(x[2::7]))
+    x[3::7] = np.nextafter(x[2::7][: len(x[3::7])], rng.choice([0.0, np.inf], size=len(x[3::7])))
+    x[4::7] = rng.integers(-10**6, 10**6, size=len(x[4::7]))
+    x[5::7] = -x[5::7]
+    xs = [v for v in x.tolist() if math.isfinite(v)] + [0.0, -0.0, 5e-324, 1e-4, 1e-5, 1e-9, 1e16, 9999999999999998.0]
+    return xs
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_score_texts_are_json_texts_at_every_magnitude(seed, monkeypatch):
+    """The fast float texts (orjson's digits, re-laid out where repr differs) and int list
+    texts equal json's, with and without orjson."""
+    from hipporag2 import result_lines as rl
+
+    rng = np.random.default_rng(100 + seed)
+    xs = magnitudes(rng, 200_000)
+    want = [json.dumps(x) for x in xs]
+    ints = rng.integers(-2**62, 2**62, size=1000).tolist() + [2**63 - 1, -(2**63)]
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(rl, "_orjson", lambda: None)
+        elif rl._orjson() is None:
+            pytest.skip("orjson is not installed or lays floats out otherwise: only the repr path runs")
+        for a in range(0, len(xs), 997):  # lists of several lengths, as a result's scores
+            part = xs[a : a + 997]
+            texts, joined = rl._finite_float_texts(part)
+            assert texts == want[a : a + 997]
+            assert joined == json.dumps(part)
+            assert rl._float_texts(part) == texts
+        assert rl._int_list_text(ints) == json.dumps(ints)
+        assert rl._int_list_text([2**70, 1]) == json.dumps([2**70, 1])  # beyond orjson's 64 bits
+        assert rl._int_list_text([1, True]) is None
+        assert rl._finite_float_texts([0.5, math.nan]) is None and rl._finite_float_texts([math.inf]) is None
+        assert rl._float_texts([0.5, math.nan, -math.inf]) == ["0.5", "NaN", "-Infinity"]
+        assert rl._finite_float_texts([]) == ([], "[]")

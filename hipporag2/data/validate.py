@@ -88,6 +88,8 @@ def check_text(path, record, field: Optional[str], value: str, limit: Optional[i
     # Cheap pre-check: a str of n code points has at least n UTF-8 bytes.
     if len(value) > limit:
         raise DataError(path, f"string of {len(value):,} characters exceeds the limit of {limit:,} bytes (HIPPORAG2_MAX_FIELD_BYTES)", record, field)
+    if value.isascii():  # (a flag of the str, not a scan) one byte a character, no surrogates: checked
+        return value
     try:
         n = len(value.encode("utf-8"))
     except UnicodeEncodeError as e:

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from hipporag2 import atomicio
 from hipporag2.data.errors import DataError
 from hipporag2.data.loaders import Corpus, passage_string, read_json
-from hipporag2.data.validate import check_text, require_list, require_str, type_name
+from hipporag2.data.validate import check_text, max_field_bytes, require_list, require_str, type_name
 from hipporag2.text import passage_id
 
 
@@ -77,6 +77,7 @@ def parse_openie(path: Path | str, stats: Optional[ParseStats] = None) -> List[E
     if not isinstance(data, dict) or "docs" not in data:
         raise DataError(path, f"expected an object with a 'docs' list (OpenIE interchange format), got {type_name(data)}" + (" without 'docs'" if isinstance(data, dict) else ""))
     docs = require_list(path, None, "docs", data["docs"])
+    limit = max_field_bytes()  # once, not once for each of the file's ~76k strings
     out = []
     for i, doc in enumerate(docs):
         rec = f"docs[{i}]"
@@ -90,8 +91,9 @@ def parse_openie(path: Path | str, stats: Optional[ParseStats] = None) -> List[E
         ents = [] if ents is None else require_list(path, rec, "extracted_entities", ents, "a list of strings")
         triples = [] if triples is None else require_list(path, rec, "extracted_triples", triples, "a list of [s, p, o] lists")
         for j, e in enumerate(ents):
-            if isinstance(e, str):
-                check_text(path, rec, f"extracted_entities[{j}]", e)
+            # an ASCII string within the limit passes check_text: checked here without naming the field first
+            if isinstance(e, str) and not (e.isascii() and len(e) <= limit):
+                check_text(path, rec, f"extracted_entities[{j}]", e, limit)
         kept = []
         for j, t in enumerate(triples):
             stats.triples += 1
@@ -102,8 +104,8 @@ def parse_openie(path: Path | str, stats: Optional[ParseStats] = None) -> List[E
             elif not all(isinstance(x, str) for x in t):
                 stats.triples_non_string += 1
             for k, x in enumerate(t):
-                if isinstance(x, str):
-                    check_text(path, rec, f"extracted_triples[{j}][{k}]", x)
+                if isinstance(x, str) and not (x.isascii() and len(x) <= limit):
+                    check_text(path, rec, f"extracted_triples[{j}][{k}]", x, limit)
             kept.append(t)
         stats.docs += 1
         out.append(Extraction(passage=passage, entities=list(ents), triples=kept))

@@ -14,7 +14,8 @@ embeddings resident at a time), passages are ranked by partial selection, and th
 the solver's width (resets as CSR rows, `reset_rows`; answers in one reused array),
 so no q x nodes temporary is built; with
 the batched solver no igraph graph is built either, and its preparation is loaded
-from the index folder (`ppr_store`).
+from the index folder (`ppr_store`). Sparse matrices here are `csr.CsrMatrix` (scipy's
+compiled products without importing scipy, 170-250 ms a process would pay for nothing).
 """
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import logging
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from hipporag2.config import RetrievalConfig
 from hipporag2.gc_pause import long_lived_frozen
@@ -34,6 +34,7 @@ from hipporag2.graph.store import Index
 from hipporag2.mapped_pages import release_rows
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
+from hipporag2.retrieve.csr import CsrMatrix
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
 from hipporag2.retrieve.scoring import min_max, min_max_rows, min_max_top_k_product, rank_desc
 from hipporag2.retrieve.seeds import (
@@ -115,22 +116,22 @@ class GraphRetriever:
         cache = None if index.path is None else index.path / "ppr"
         self.solver = make_index_solver(cfg.ppr_solver, edges, graph, cache)
         self._ppr_out = OutputBuffer()  # PPR answers of one piece of a block, reused by the next
-        self.passages_per_phrase = [len(p) for p in index.phrase_passages]
+        self.passages_per_phrase = list(map(len, index.phrase_passages))
         self._passage_phrase = None
         self._fact_chain = None
 
     @property
-    def passage_phrase(self) -> sp.csr_matrix:
+    def passage_phrase(self) -> CsrMatrix:
         """passage x phrase membership, for scoring passages without passage nodes."""
         if self._passage_phrase is None:
             idx = self.index
             rows = [i for i, ps in enumerate(idx.phrase_passages) for _ in ps]
             cols = [p for ps in idx.phrase_passages for p in ps]
-            self._passage_phrase = sp.csr_matrix((np.ones(len(rows)), (cols, rows)), shape=(idx.n_passages, idx.n_phrases))
+            self._passage_phrase = CsrMatrix.from_coo(cols, rows, np.ones(len(rows)), (idx.n_passages, idx.n_phrases))
         return self._passage_phrase
 
     @property
-    def fact_chain(self) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
+    def fact_chain(self) -> Tuple[CsrMatrix, CsrMatrix]:
         """(passage x fact, fact x phrase) 0/1 matrices: the legacy v1 code's
         `docs_to_facts` and `facts_to_phrases` (a fact whose subject is its object
         has one 1)."""
@@ -297,12 +298,13 @@ class GraphRetriever:
 
 
 def reset_rows(phrase_seeds: Sequence[Sequence[Tuple[int, float]]], passage_seeds: Sequence[Optional[np.ndarray]],
-               n_phrases: int, n: int) -> sp.csr_matrix:
+               n_phrases: int, n: int) -> CsrMatrix:
     """The reset vectors of a piece of queries as CSR rows: `seeds.reset_vector` of each
     (a phrase seeded twice keeps its last weight), without the dense (queries x nodes)
     array: at MuSiQue scale a reset has ~5 phrase and ~12k passage entries of 97k
-    nodes, so a piece of 64 is ~9 MB instead of 50 MB to zero, fill and read."""
-    index = np.int32 if n < 2**31 else np.int64  # what scipy would pick: no conversion copy
+    nodes, so a piece of 64 is ~9 MB instead of 50 MB to zero, fill and read. Canonical by
+    construction (each row's phrases sorted and distinct, then its passages in order)."""
+    index = np.int32 if n < 2**31 else np.int64  # what scipy would pick
     rows = []
     for seeds, ps in zip(phrase_seeds, passage_seeds):
         last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
@@ -325,9 +327,7 @@ def reset_rows(phrase_seeds: Sequence[Sequence[Tuple[int, float]]], passage_seed
             b = a + len(c)
             np.add(nz, n_phrases, out=cols[b : b + len(nz)], casting="unsafe")
             vals[b : b + len(nz)] = pv
-    R = sp.csr_matrix((vals, cols, indptr), shape=(len(rows), n))
-    R.sort_indices()  # already sorted: only checked
-    return R
+    return CsrMatrix(indptr, cols, vals, (len(rows), n))
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,
@@ -359,14 +359,14 @@ def legacy_query_entities(entities: Sequence) -> List[str]:
     return [normalise_phrase(e) for e in entities]
 
 
-def legacy_fact_chain(idx: Index) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
+def legacy_fact_chain(idx: Index) -> Tuple[CsrMatrix, CsrMatrix]:
     """The legacy v1 code's `docs_to_facts` (passage x fact) and `facts_to_phrases`
     (fact x phrase) 0/1 matrices, from the index's facts."""
     if idx.passage_facts is None:
         raise ValueError("this index has no passage -> fact table (made by an older hipporag2): rebuild it")
     rows = [p for p, fs in enumerate(idx.passage_facts) for _ in fs]
     cols = [f for fs in idx.passage_facts for f in fs]
-    docs_to_facts = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(idx.n_passages, len(idx.facts)))
+    docs_to_facts = CsrMatrix.from_coo(rows, cols, np.ones(len(rows)), (idx.n_passages, len(idx.facts)))
     pi = idx.phrase_index
     f_rows, f_cols = [], []
     for f, (s, _, o) in enumerate(idx.facts):
@@ -375,11 +375,11 @@ def legacy_fact_chain(idx: Index) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
             if j is not None:
                 f_rows.append(f)
                 f_cols.append(j)
-    facts_to_phrases = sp.csr_matrix((np.ones(len(f_rows)), (f_rows, f_cols)), shape=(len(idx.facts), idx.n_phrases))
+    facts_to_phrases = CsrMatrix.from_coo(f_rows, f_cols, np.ones(len(f_rows)), (len(idx.facts), idx.n_phrases))
     return docs_to_facts, facts_to_phrases
 
 
-def legacy_passage_scores(docs_to_facts: sp.csr_matrix, facts_to_phrases: sp.csr_matrix,
+def legacy_passage_scores(docs_to_facts: CsrMatrix, facts_to_phrases: CsrMatrix,
                           phrase_ppr: np.ndarray) -> np.ndarray:
     """docs_to_facts . (facts_to_phrases . ppr), min-max normalised: a passage counts a
     phrase once per distinct fact of its that mentions it. When every passage scores the

@@ -45,7 +45,10 @@ bound gives.
   cost is its gathers of block rows, and float32 rows are half the bytes), in rounds of
   iterative refinement: each round's correction goes into a float64 answer whose true
   residual is computed in float64, and only that residual accepts it, by the stopping
-  rule below; a round that stalls hands over to the float64 path.
+  rule below; a round that stalls hands over to the float64 path. On numpy, whose step
+  is the product plus separate passes, a float32 step computes its residual only where
+  the round may stop (from a step before the polynomial bound's count on); the others
+  only advance the iterate.
 * Several dampings (`solve_unnormalised`, the sweep path): multi-shift CG. All
   dampings share one Krylov space, so one set of products serves them all, and y is
   linear in the reset, which is what makes a damping x passage-weight sweep cheap.
@@ -57,7 +60,10 @@ The arithmetic on the block goes through an operator object with two implementat
 of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
 panels, prefetching, the fused Chebyshev step), fastest per step, and
 `ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
-numba. numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
+numba. Neither imports scipy: S and the resets are `csr.CsrMatrix`, whose products are
+scipy's compiled loops loaded without the package (its import would cost a run
+0.2-0.5 s); only preparing a graph (`prepare_graph`, `spectral_interval`) imports it.
+numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
 100-question run on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
 NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
 once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
@@ -90,12 +96,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import scipy.sparse as sp
+
+from hipporag2.retrieve.csr import CsrMatrix, as_csr, is_sparse
 
 if TYPE_CHECKING:  # igraph is imported by the callers that hand over a graph: importing it
     # here would cost every batched run the import (igraph pulls in matplotlib for its
     # drawing code: ~1.5 s idle, 15 s on the loaded 2-core machine)
     import igraph as ig
+    # and scipy.sparse where a graph is prepared only, never by a run on a saved preparation
+    # (170-250 ms of import: see `csr`)
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import LinearOperator
 
 from hipporag2.retrieve.ppr_panels import Panels
 
@@ -121,17 +132,15 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: np.ndar
         raise ValueError(f"out must be a float64 array of shape {tuple(shape)}, got {got}")
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be C-contiguous and writeable")
-    if np.may_share_memory(out, resets.data if sp.issparse(resets) else resets):
+    if np.may_share_memory(out, resets.data if is_sparse(resets) else resets):
         raise ValueError("out must not overlap the reset vectors")
     return out
 
 
-def sparse_resets(resets) -> sp.csr_matrix:
-    """Resets given as a scipy sparse matrix, as canonical float64 CSR (sorted indices;
-    duplicate entries add up, as they do when scipy densifies the matrix)."""
-    R = sp.csr_matrix(resets, dtype=np.float64)
-    R.sum_duplicates()  # also sorts
-    return R
+def sparse_resets(resets) -> CsrMatrix:
+    """Resets given as a `csr.CsrMatrix` or a scipy sparse matrix, as canonical float64 CSR
+    (sorted indices; duplicate entries add up, as they do when scipy densifies the matrix)."""
+    return as_csr(resets)
 
 
 def sparse_clean_sums(R, mask: np.ndarray | None = None) -> np.ndarray:
@@ -160,7 +169,7 @@ class CsrRows:
     data: np.ndarray
 
     @classmethod
-    def of(cls, R: sp.csr_matrix, rows: slice) -> "CsrRows":
+    def of(cls, R: CsrMatrix, rows: slice) -> "CsrRows":
         return cls(R.indptr[rows.start : rows.stop + 1], R.indices, R.data)
 
 
@@ -196,9 +205,10 @@ class PPRSolver(Protocol):
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
         """resets: (q, n) reset vectors (not necessarily normalised; a numpy array, or a
-        scipy sparse matrix, whose rows a query's few seeds fill far more cheaply); returns (q, n), or
-        only the nodes `columns` (a slice with step 1: e.g. the passages, all a ranking
-        needs), written into `out` when it is given (see `output_array`)."""
+        sparse matrix, `csr.CsrMatrix` or scipy's, whose rows a query's few seeds fill far
+        more cheaply); returns (q, n), or only the nodes `columns` (a slice with step 1:
+        e.g. the passages, all a ranking needs), written into `out` when it is given (see
+        `output_array`)."""
 
 
 class PrpackSolver:
@@ -210,11 +220,13 @@ class PrpackSolver:
 
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
-        resets = sparse_resets(resets) if sp.issparse(resets) else np.atleast_2d(resets)
+        sparse = is_sparse(resets)
+        resets = sparse_resets(resets) if sparse else np.atleast_2d(resets)
         n = self.graph.vcount()
         j0, j1 = column_range(columns, n)
         out = output_array(out, (resets.shape[0], j1 - j0), resets)
-        for i, reset in enumerate(resets):
+        for i in range(resets.shape[0]):
+            reset = resets.rows_dense(slice(i, i + 1))[0] if sparse else resets[i]
             out[i] = self.graph.personalized_pagerank(
                 vertices=range(n),
                 damping=damping,
@@ -222,7 +234,7 @@ class PrpackSolver:
                 weights=self._weights,
                 # the reference hands igraph the numpy array itself (not a list);
                 # igraph's conversion of it is part of what one call costs
-                reset=clean_reset(reset.toarray().ravel() if sp.issparse(reset) else reset),
+                reset=clean_reset(reset),
                 implementation="prpack",
             )[j0:j1]
         return out
@@ -273,7 +285,7 @@ class PreparedGraph:
     pos: np.ndarray  # (n,) node -> its row in the block (`node_order`); nodes without edges last
     n_active: int
     sqrt_deg: np.ndarray  # (n_active,)
-    S: sp.csr_matrix  # (n_active, n_active), D^-1/2 W D^-1/2 in the block's order
+    S: CsrMatrix  # (n_active, n_active), D^-1/2 W D^-1/2 in the block's order
     panels: Panels
     comp_of: np.ndarray  # (n_active,) component of each row
     comp_val: np.ndarray  # (n_active,) that component's unit eigenvector there
@@ -292,9 +304,11 @@ class PreparedGraph:
         order[self.pos] = np.arange(self.n)
         return order[: self.n_active]
 
-    def components(self) -> sp.csr_matrix:
-        """One unit column per connected component (see `component_vectors`)."""
-        return sp.csr_matrix((self.comp_val, self.comp_of, np.arange(self.n_active + 1)), shape=(self.n_active, self.n_comp))
+    def components(self) -> CsrMatrix:
+        """One unit column per connected component (see `component_vectors`); the solver's
+        `components().T @ b` is scipy's CSC product on these arrays."""
+        return CsrMatrix(np.arange(self.n_active + 1, dtype=self.comp_of.dtype), self.comp_of, self.comp_val,
+                         (self.n_active, self.n_comp))
 
 
 def node_order(W: sp.csr_matrix, deg: np.ndarray) -> np.ndarray:
@@ -323,6 +337,8 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     """The solver's view of an undirected weighted multigraph given as edge arrays
     (no igraph graph needed): the edges prpack keeps, S, its panels, the components.
     `with_interval` also finds the spectral interval (Lanczos; otherwise on first need)."""
+    import scipy.sparse as sp  # preparing a graph: reverse Cuthill-McKee, components, Lanczos
+
     w = np.asarray(weight, dtype=np.float64)
     if np.isnan(w).any():
         # prpack would return all-NaN scores; nothing to reproduce there
@@ -347,7 +363,8 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     block = max(1, int(block_size))
     panels = Panels.build(S, max(1024, PANEL_BYTES // (8 * block)))
     V = component_vectors(S, sqrt_deg)
-    prep = PreparedGraph(n, block, pos, n_active, sqrt_deg, S, panels, V.indices.astype(np.int64), V.data, V.shape[1])
+    prep = PreparedGraph(n, block, pos, n_active, sqrt_deg, CsrMatrix(S.indptr, S.indices, S.data, S.shape), panels,
+                         V.indices.astype(np.int64), V.data, V.shape[1])
     if with_interval and n_active:
         prep.interval = spectral_interval(S, V)
     return prep
@@ -361,7 +378,7 @@ class _Operator:
     (see `ppr_kernels`); the loops themselves are compiled and release the GIL.
     """
 
-    def __init__(self, S: sp.csr_matrix, panels: Panels):
+    def __init__(self, S: CsrMatrix, panels: Panels):
         from hipporag2.retrieve import ppr_kernels  # numba: imported by solvers that use it only
 
         self.S = S
@@ -480,15 +497,22 @@ def choose_operator(nnz: int, operator: str | None = None) -> str:
     return operator
 
 
-def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
+def _scipy_csr(A):
+    """A as a scipy sparse matrix, for the preparation's scipy routines (imports scipy)."""
+    return A.to_scipy() if isinstance(A, CsrMatrix) else A
+
+
+def component_vectors(S, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     """One unit column per connected component: sqrt(deg) there, 0 elsewhere.
 
     Each is an eigenvector of S with eigenvalue exactly 1, the slowest direction for
     any iteration; the solver takes that part of the reset out and solves it in closed
     form, (I - d S) v = (1 - d) v.
     """
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components  # only when preparing a graph
 
+    S = _scipy_csr(S)
     n = S.shape[0]
     n_comp, label = connected_components(S, directed=False)
     V = sp.csr_matrix((sqrt_deg, (np.arange(n), label)), shape=(n, n_comp))
@@ -496,10 +520,12 @@ def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix(V @ sp.diags(1.0 / norms)) if n_comp else V
 
 
-def deflated_operator(S: sp.csr_matrix, V: sp.csr_matrix) -> LinearOperator:
-    """S restricted to the complement of V's columns: x -> P S P x, P = I - V V^T."""
+def deflated_operator(S, V) -> LinearOperator:
+    """S restricted to the complement of V's columns: x -> P S P x, P = I - V V^T.
+    S, V: `csr.CsrMatrix` or scipy sparse."""
     from scipy.sparse.linalg import LinearOperator  # only when preparing a graph
 
+    S, V = _scipy_csr(S), _scipy_csr(V)
     n = S.shape[0]
 
     def apply(x):
@@ -511,7 +537,7 @@ def deflated_operator(S: sp.csr_matrix, V: sp.csr_matrix) -> LinearOperator:
     return LinearOperator((n, n), matvec=apply, matmat=apply, dtype=np.float64)
 
 
-def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) -> tuple[float, float]:
+def spectral_interval(S, V, margin: float = 1e-3) -> tuple[float, float]:
     """[lo, hi] holding every eigenvalue of S on the complement of V's columns.
 
     Lanczos (ARPACK) finds the extremes from inside, so they are widened by `margin`;
@@ -562,6 +588,14 @@ REFINE_GAIN = 0.25
 REFINE_ROUNDS = 6
 # a float32 round whose residual grows this much over its right-hand side has diverged
 DIVERGED = 1e3
+# a mixed-precision block keeps its b (a fourth block array) when that array is at most this
+# big (`BatchedSolver._keeps_rhs`), instead of gathering it again
+KEEP_RHS_BYTES = 8 << 20
+# a float32 round first checks its residual CHECK_AHEAD steps before the polynomial bound's
+# count, or after CHECK_EVERY steps if that is sooner, and at least every CHECK_EVERY steps
+# from there on (`BatchedSolver._chebyshev32`)
+CHECK_AHEAD = 1
+CHECK_EVERY = 16
 
 
 def chebyshev_steps(sigma: float, reduction: float) -> int:
@@ -575,6 +609,16 @@ def chebyshev_steps(sigma: float, reduction: float) -> int:
     if sigma <= 0.0:
         return 1
     return int(np.ceil(np.arccosh(reduction) / np.arccosh(1.0 / sigma)))
+
+
+def _steps_at_rate(sigma: float, reduction: float) -> int:
+    """Steps, between 1 and CHECK_EVERY, that the Chebyshev iteration's asymptotic rate
+    rho = sigma / (1 + sqrt(1 - sigma^2)) per step needs for `reduction`, rounded down:
+    when a float32 round checks its residual next (`BatchedSolver._chebyshev32`)."""
+    rho = sigma / (1.0 + np.sqrt(max(0.0, 1.0 - sigma * sigma))) if sigma > 0.0 else 0.0
+    if not (0.0 < rho < 1.0) or not (reduction > 1.0) or not np.isfinite(reduction):
+        return 1
+    return int(min(CHECK_EVERY, max(1.0, np.floor(np.log(reduction) / -np.log(rho)))))
 
 
 def release_mapped(arr: np.ndarray) -> bool:
@@ -615,16 +659,18 @@ class _Workspace:
     block (the last one of a call) uses the front of the same memory.
     """
 
-    def __init__(self, n_active: int, width: int, n_arrays: int = 4):
+    def __init__(self, n_active: int, width: int, n_arrays: int = 4, keeps: bool = False):
         self.n_active = n_active
         self.n_arrays = n_arrays
-        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays)]
+        self.keeps = keeps  # one more array: the mixed-precision solve's b, kept (`BatchedSolver._keeps_rhs`)
+        self._active = [_anonymous_float64(n_active * width) for _ in range(n_arrays + keeps)]
 
     def fit(self, m: int) -> "_Workspace":
         """Point b, x, x_prev and r (n_active, m) at the first n_active * m floats; with
         three arrays (the mixed-precision layout, `BatchedSolver._refine`) x and b only."""
         self.m = m
         views = [a[: self.n_active * m].reshape(self.n_active, m) for a in self._active]
+        self.kept = views[self.n_arrays] if self.keeps else None
         if self.n_arrays == 3:
             self.x, self.b = views[:2]
             self.x_prev = self.r = None
@@ -649,7 +695,8 @@ class BatchedSolver:
     together in those products sit together and stay in cache. The
     solver keeps one set of block arrays per thread between calls (3 x nodes x
     block_size float64s each in the mixed-precision layout, ~75 MB on the MuSiQue-sized
-    graph; 4 in the float64 one) until `release_workspaces`.
+    graph, 4 where a block is small enough to keep its b, `_keeps_rhs`; 4 in the
+    float64 one) until `release_workspaces`.
     """
 
     def __init__(
@@ -739,7 +786,7 @@ class BatchedSolver:
         of all resets would be another q x n array (0.8 GB at 1000 x 100k), and even a
         block-sized one is fresh memory on every call.
         """
-        if sp.issparse(resets):
+        if is_sparse(resets):
             R = sparse_resets(resets)
             if R.shape[1] != self.n:
                 raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
@@ -816,10 +863,11 @@ class BatchedSolver:
         rows = slice(start, min(start + self.block_size, R.shape[0]))
         # the mixed-precision solve needs three block arrays (`_refine`), the float64 one four
         n_arrays = 3 if self._mixed() else 4
+        keeps = n_arrays == 3 and self._keeps_rhs()
         with self._spare_lock:
             ws = self._spare.pop() if self._spare else None
-        if ws is None or ws.n_arrays != n_arrays:
-            ws = _Workspace(self.n_active, self.block_size, n_arrays)
+        if ws is None or ws.n_arrays != n_arrays or ws.keeps != keeps:
+            ws = _Workspace(self.n_active, self.block_size, n_arrays, keeps)
         try:
             self._solve_into(ws.fit(rows.stop - rows.start), R, out, rows, ds, scale, normalise, j0)
         finally:
@@ -830,12 +878,12 @@ class BatchedSolver:
         start_block = getattr(self.op, "start_block", None)  # `ppr_numpy.TieredOperator` counts its work
         if start_block is not None:
             start_block(rows.stop - rows.start)
-        csr = sp.issparse(R) and hasattr(self.op, "gather_resets_csr")
+        csr = isinstance(R, CsrMatrix) and hasattr(self.op, "gather_resets_csr")
         full = R
         if csr:
             R = CsrRows.of(R, rows)
-        elif sp.issparse(R):  # an operator without the CSR passes: this block dense
-            R = R[rows].toarray()
+        elif isinstance(R, CsrMatrix):  # an operator without the CSR passes: this block dense
+            R = R.rows_dense(rows)
         else:
             R = np.ascontiguousarray(R[rows])  # a view unless the caller's array is not C-ordered
         scale = scale[rows]
@@ -865,7 +913,7 @@ class BatchedSolver:
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
                 cut = slice(j0, j0 + out.shape[2])
-                part = full[rows][:, cut].toarray() if csr else R[:, cut]
+                part = full.rows_dense(rows, cut) if csr else R[:, cut]
                 np.divide(clean_reset(part), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]
@@ -881,6 +929,13 @@ class BatchedSolver:
     def _mixed(self) -> bool:
         """Whether single-damping solves run mixed precision: asked for, and the operator has it."""
         return self.mixed_precision and getattr(self.op, "mixed_precision", False)
+
+    def _keeps_rhs(self) -> bool:
+        """Whether the mixed-precision solve keeps each block's b in a fourth array instead
+        of gathering it from the resets again before each float64 residual (`_refine`):
+        on small graphs, where the array is small and the numpy operator's gather of
+        CSR resets (~1.3 ms a block on the shared set, twice a block) is not."""
+        return self.n_active * self.block_size * 8 <= KEEP_RHS_BYTES
 
     def _limit(self, d: float) -> float:
         """Largest ||rho||_1 (residual of y before the power step) for the bound of
@@ -921,10 +976,16 @@ class BatchedSolver:
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
         elif ws.n_arrays == 3:  # `_mixed`: the workspace was laid out for it
+            if ws.kept is not None:  # a small block: b kept, a copy instead of a regather
+                np.copyto(ws.kept, b)
 
-            def make_b(out):  # this b again, without its component part
-                gather(out)
-                self.op.add_components(out, self._comp_of, self._comp_val, -beta)
+                def make_b(out):
+                    np.copyto(out, ws.kept)
+            else:
+
+                def make_b(out):  # this b again, without its component part
+                    gather(out)
+                    self.op.add_components(out, self._comp_of, self._comp_val, -beta)
 
             x = self._refine(b, d, ws, limit, l1, gamma, sigma, make_b)
         else:
@@ -971,8 +1032,9 @@ class BatchedSolver:
         Memory: three block arrays instead of the float64 path's four: z in ws.x; b,
         then rho, in ws.b, whose memory also holds a round's two float32 iterates once
         rho is turned into the round's float32 right-hand side; that and the float32
-        product live in the third. b is not kept: `make_b(out)` writes it again from
-        the resets (a cheap pass) before each residual.
+        product live in the third. b is not kept on large graphs: `make_b(out)` writes
+        it again from the resets (a cheap pass there) before each residual; small blocks
+        keep it in a fourth array (`_keeps_rhs`), and `make_b` copies it back.
         """
         z, rho = ws.x, b
         x32, xp32 = ws.halves(1)  # same memory as b / rho: used only between residuals
@@ -1015,19 +1077,41 @@ class BatchedSolver:
 
     def _chebyshev32(self, rhs, d, x, x_prev, r, rhs_l1, goal, gamma, sigma) -> np.ndarray:
         """Chebyshev iteration from 0 for (I - d S) c = rhs in float32 until every
-        column's float32 residual is within `goal`; returns c in x or x_prev."""
+        column's float32 residual is within `goal`; returns c in x or x_prev.
+
+        Only a step that may be the last computes its residual and L1 norms
+        (`chebyshev_step32`); on operators that have it (numpy's) the others just
+        advance the iterate (`chebyshev_advance32`: the product and three passes
+        instead of six). The polynomial bound says how many steps the largest
+        reduction asked for needs (`chebyshev_steps`; measured on the shared set, the
+        rounds stop within one step of it, L1 vs 2-norm aside), so the first check
+        comes CHECK_AHEAD steps before it (at the latest after CHECK_EVERY steps,
+        which also stops a round that diverges on a wrong interval long before
+        float32 overflows); after a check that does not stop, the next comes after
+        the steps the Chebyshev rate needs for what is left, rounded down (a check
+        too early costs a few passes, one too late a whole step). The stopping rule
+        is the one of checking every step, applied a step later at worst; what
+        accepts an answer is the float64 residual of `_refine` anyway.
+        """
         np.multiply(rhs, np.float32(gamma), out=x)  # x1 = gamma rhs: the free first step
         x_prev.fill(0.0)
         omega = 1.0 / (1.0 - sigma * sigma / 2.0)
         l1 = np.empty(rhs.shape[1])
         steps = chebyshev_steps(sigma, float((rhs_l1 / goal).max()))
-        for _ in range(min(self.max_iter, 2 * steps + 10)):
-            self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
-            if np.all(l1 <= goal):
-                x += r  # the free power step, in float32
-                return x
-            if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
-                return x
+        advance = getattr(self.op, "chebyshev_advance32", None)
+        check = 1 if advance is None else max(1, min(steps - CHECK_AHEAD, CHECK_EVERY))
+        for k in range(1, min(self.max_iter, 2 * steps + 10) + 1):
+            if k < check:
+                advance(d, x, x_prev, rhs, gamma, omega, r)
+            else:
+                self.op.chebyshev_step32(d, x, x_prev, rhs, self.sqrt_deg, gamma, omega, r, l1)
+                if np.all(l1 <= goal):
+                    x += r  # the free power step, in float32
+                    return x
+                if not np.all(l1 <= DIVERGED * rhs_l1):  # a wrong interval: stop before float32 overflows
+                    return x
+                if advance is not None:
+                    check = k + _steps_at_rate(sigma, float((l1 / goal).max()))
             x, x_prev = x_prev, x
             omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
         return x  # out of steps: the float64 residual will tell

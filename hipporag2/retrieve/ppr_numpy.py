@@ -1,4 +1,4 @@
-"""The batched PPR solver's block operations in numpy and scipy, for small graphs.
+"""The batched PPR solver's block operations in numpy and scipy's compiled loops, for small graphs.
 
 `BatchedSolver` does all its arithmetic through an operator object: x -> x - d S x
 over a block of columns, the fused Chebyshev step, and the passes in and out of the
@@ -9,8 +9,9 @@ took ~0.4 CPU s (results/perf/ppr_operator.md), more than the compiled PPR of th
 shared MuSiQue set's 100 questions. `NumpyOperator` does the same operations with
 scipy's CSR times dense block (compiled C; `csr_matvecs` adds into its output, which
 saves numpy's temporaries and passes) and numpy's array passes, and never imports
-numba. The passes in and out of the block and the residual are element-wise in the
-compiled loops' order (the same bits); the next iterate and the L1 norms round
+numba, nor scipy itself: the product is scipy's `csr_matvecs` loaded from its extension
+file (`csr.sparsetools`; importing scipy.sparse would cost 170-250 ms). The passes in
+and out of the block and the residual are element-wise in the compiled loops' order (the same bits); the next iterate and the L1 norms round
 differently (another summation order, far inside the solver's bound). It uses the
 plain CSR matrix S, not the panels, which only help the compiled gathers stay in cache.
 
@@ -19,7 +20,12 @@ Like the compiled operator it has the mixed-precision methods (`mixed_precision`
 float64 residual, the same 1e-11 bound): scipy's product on float32 blocks with S's
 values in float32 cost ~0.3 of the float64 one per column on the shared set's graph
 (the block's gathered rows are half the bytes and stay in cache), and each float32
-pass moves half the bytes.
+pass moves half the bytes. Its step is the product plus separate passes, so it also
+has the step without its residual (`chebyshev_advance32`), which the solver runs
+wherever a float32 round cannot stop yet (`BatchedSolver._chebyshev32`). scipy's
+product costs per stored entry (~0.7 ms for S's 86k entries x 16 float32 columns,
+a diagonal's 18k entries ~0.1-0.17 ms), more than numpy's pass over a block, so the
+vector work stays in numpy passes rather than in diagonals added to the product.
 
 Which one a solver uses is decided by `ppr.choose_operator` from the size of S.
 """
@@ -28,16 +34,19 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import scipy.sparse as sp
 
-try:  # y += A x for a CSR A and a dense block, in place: what `A @ x` runs on a zeroed y
-    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
-except ImportError:  # a scipy that moved it: the public product (one temporary per call)
-    _csr_matvecs = None
+from hipporag2.retrieve.csr import CsrMatrix, csr_of, sparsetools
+
+# y += A x for a CSR A and a dense block, in place: what `A @ x` runs on a zeroed y
+# (scipy's compiled loop, without importing scipy: `csr.sparsetools`)
+_csr_matvecs = sparsetools().csr_matvecs
 
 # queries per block with this operator: each of its passes reads and writes whole
 # blocks, which must stay in cache between passes (on the shared set, 18k nodes, CPU
-# ms per query: 3.1-3.2 at 8-12, 3.4 at 16, 3.8 at 32 columns; compiled: 2.1 at 32)
+# ms per query: 3.1-3.2 at 8-12, 3.4 at 16, 3.8 at 32 columns; compiled: 2.1 at 32).
+# Re-measured after round 5 made its float32 steps cheaper (100 queries, 2 threads,
+# benchmarks/bench_ppr_numpy_steps.py --block-sizes): 16 to 32 within the noise of
+# each other, 8 and 50 slower; kept at 16
 BLOCK_SIZE = 16
 # rows of R one pass of `clean_sums` reads at a time (a cleaned copy of these is made)
 _CLEAN_BYTES = 8 << 20
@@ -50,8 +59,8 @@ class NumpyOperator:
     the solver's renumbering; the methods that take `pos` must be given this one.
     """
 
-    def __init__(self, S: sp.csr_matrix, pos: np.ndarray):
-        self.S = S if isinstance(S, sp.csr_matrix) else sp.csr_matrix(S)
+    def __init__(self, S: CsrMatrix, pos: np.ndarray):
+        self.S = csr_of(S)  # as the solver holds it; scipy's CSR matrices are read as they are
         self.pos = np.asarray(pos)
         self.n_active = self.S.shape[0]
         # the nodes with edges in block order, and the nodes without edges
@@ -59,7 +68,6 @@ class NumpyOperator:
         self._active = order[: self.n_active]
         self._weight = None  # (weight array, the same as a one-row CSR matrix), see `_weighted_sum`
         self._scaled = {}  # d -> S's values times d, see `_scaled_data`
-        self._diag = np.arange(self.n_active + 1, dtype=self.S.indices.dtype)  # I's indptr and indices
         self._local = threading.local()  # one scratch block per thread (the solver runs one block per thread)
         self._lock = threading.Lock()  # the solver's threads share the caches of scaled values
         self._rows = {}  # (n, index dtype) -> 0..n, see `_rows_of`
@@ -88,13 +96,16 @@ class NumpyOperator:
         return data
 
     def _axpy(self, a: float, x: np.ndarray, y: np.ndarray) -> None:
-        """y += a x in one pass, as a product with a I (numpy needs a temporary and two
-        passes; BLAS's daxpy would start OpenBLAS's threads beside the solver's own)."""
-        n, m = x.shape
-        if _csr_matvecs is None or not (x.flags.c_contiguous and y.flags.c_contiguous) or x.dtype != y.dtype:
+        """y += a x: a x into this thread's scratch block, then added (BLAS's daxpy would
+        start OpenBLAS's threads beside the solver's own). Two numpy passes measured
+        faster than one product with a I through scipy's CSR loop, which pays per
+        stored entry (18k x 16 float32: 0.10 vs 0.17 ms; float64 0.17 vs 0.24)."""
+        if x.dtype != y.dtype or x.shape != y.shape:
             y += a * x
             return
-        _csr_matvecs(n, n, m, self._diag, self._diag, np.full(n, a, dtype=y.dtype), x.ravel(), y.ravel())
+        t = self._scratch(x.shape, y.dtype)
+        np.multiply(x, y.dtype.type(a), out=t)
+        y += t
 
     def add_product(self, x: np.ndarray, d: float, out: np.ndarray) -> None:
         """out += d S x, in place (float64 blocks, out not x).
@@ -103,7 +114,7 @@ class NumpyOperator:
         would make over the block; d is folded into a copy of S's values."""
         # (the solver's multi-shift CG compacts its blocks by fancy indexing, which may
         # leave them Fortran-ordered: those take the public product, ravel() would copy)
-        if _csr_matvecs is None or not (x.flags.c_contiguous and out.flags.c_contiguous):
+        if not (x.flags.c_contiguous and out.flags.c_contiguous):
             out += float(d) * np.asarray(self.S @ x)
             return
         S = self.S
@@ -137,6 +148,40 @@ class NumpyOperator:
         arithmetic (l1 too: it only says when a float32 round may stop; the float64
         residual of `residual_in_place` is what accepts an answer)."""
         self.chebyshev_step(d, x, x_prev, b, weight, gamma, omega, r, l1)
+
+    def chebyshev_advance32(self, d, x, x_prev, b, gamma, omega, r) -> None:
+        """The next iterate of `chebyshev_step32` alone, into x_prev, for a step at which
+        the round cannot stop yet (r is not touched; it is there for operators whose
+        step needs the room):
+
+            x_prev = (1 - omega) x_prev + omega (1 - gamma) x + omega gamma (b + d S x)
+
+        The product and three passes where the full step makes the product and six:
+        no residual b - x + d S x, no |r|, no weighted sum. Folding the three
+        diagonal terms into the product instead (one matrix of S's pattern plus three
+        diagonals, values refilled per step) measured slower on the shared set's graph:
+        scipy's product pays per stored entry, ~5 ns per diagonal entry of a 16-column
+        float32 block, more than numpy's pass over it (results/perf/ppr_steps_round5_steps.md)."""
+        w, g = float(omega), float(gamma)
+        x_prev *= x_prev.dtype.type(1.0 - w)
+        self._axpy(w * (1.0 - g), x, x_prev)
+        self._add_product_times(x, float(d), w * g, x_prev)
+        self._axpy(w * g, b, x_prev)
+
+    def _add_product_times(self, x, d: float, coef: float, out) -> None:
+        """out += coef d S x: d S's cached values times coef into this thread's copy (one
+        multiply of nnz values), as coef changes every step and the cache of
+        `_scaled_data` keeps a few values of d only."""
+        if not (x.flags.c_contiguous and out.flags.c_contiguous):
+            self.add_product(x, coef * d, out)
+            return
+        scaled = self._scaled_data(d, out.dtype)
+        data = getattr(self._local, "data", None)
+        if data is None or data.shape != scaled.shape or data.dtype != scaled.dtype:
+            data = self._local.data = np.empty_like(scaled)
+        np.multiply(scaled, out.dtype.type(coef), out=data)
+        n, m = x.shape
+        _csr_matvecs(n, n, m, self.S.indptr, self.S.indices, data, x.ravel(), out.ravel())
 
     def residual_in_place(self, d, x, weight, r, l1) -> None:
         """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
@@ -224,7 +269,7 @@ class NumpyOperator:
         value = np.asarray(value)
         component = np.asarray(component)
         n, m = z.shape
-        if (_csr_matvecs is None or not z.flags.c_contiguous or value.dtype != z.dtype
+        if (not z.flags.c_contiguous or value.dtype != z.dtype
                 or component.dtype not in (np.int32, np.int64)):
             z += value[:, None] * coef[component]
             return
@@ -297,8 +342,8 @@ class NumpyOperator:
                                      np.arange(len(w), dtype=np.int64))
         _, w64, w32, indptr, indices = cached
         n, m = a.shape
-        if _csr_matvecs is None or not a.flags.c_contiguous:
-            out[...] = (sp.csr_matrix((w64, indices, indptr), shape=(1, n)) @ a)[0]
+        if not a.flags.c_contiguous:
+            out[...] = (CsrMatrix(indptr, indices, w64, (1, n)) @ a)[0]
             return
         acc = np.zeros(m, dtype=a.dtype)
         _csr_matvecs(1, n, m, indptr, indices, w32 if a.dtype == np.float32 else w64, a.ravel(), acc)
@@ -319,7 +364,7 @@ class TieredOperator:
     state of their own about a solve, so the switch is safe between any two calls.
     """
 
-    def __init__(self, S: sp.csr_matrix, pos: np.ndarray, panels, budget: float):
+    def __init__(self, S: CsrMatrix, pos: np.ndarray, panels, budget: float):
         self.S = S
         self._panels = panels
         self._numpy = NumpyOperator(S, pos)
@@ -377,6 +422,12 @@ class TieredOperator:
 
     def chebyshev_step32(self, *args) -> None:
         self._op.chebyshev_step32(*args)
+
+    @property
+    def chebyshev_advance32(self):
+        """The numpy operator's step without its residual; None once the compiled loops took
+        over (their fused step computes the residual at no extra cost: every step checks)."""
+        return getattr(self._op, "chebyshev_advance32", None)
 
     def residual_in_place(self, *args) -> None:
         self._op.residual_in_place(*args)

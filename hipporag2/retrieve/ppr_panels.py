@@ -1,14 +1,20 @@
 """S in column panels, the layout the compiled PPR kernels walk (`ppr_kernels`).
 
 Apart from the kernels so that a solver loaded from disk (`ppr_store`) or one that
-runs on numpy alone does not import numba.
+runs on numpy alone does not import numba. Building panels slices S with scipy, which
+is imported there only: a solver loaded from disk never imports scipy (`csr`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+    from hipporag2.retrieve.csr import CsrMatrix
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,11 @@ class Panels:
     data: np.ndarray  # (nnz,) float64
 
     @classmethod
-    def build(cls, S: sp.csr_matrix, panel_rows: int) -> "Panels":
+    def build(cls, S: "sp.csr_matrix | CsrMatrix", panel_rows: int) -> "Panels":
+        """S (scipy's CSR or `csr.CsrMatrix`; imports scipy) in panels of `panel_rows` columns."""
+        to_scipy = getattr(S, "to_scipy", None)
+        if to_scipy is not None:
+            S = to_scipy()
         n = S.shape[0]
         cuts = list(range(0, n, max(1, panel_rows))) + [n]
         ptrs, inds, vals, offset = [], [], [], 0

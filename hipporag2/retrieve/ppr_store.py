@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import scipy.sparse as sp
 
 from hipporag2.atomicio import fsync_dir, sha256_file
+from hipporag2.retrieve.csr import CsrMatrix
 from hipporag2.retrieve.ppr import PreparedGraph, prepare_graph
 from hipporag2.retrieve.ppr_panels import Panels
 
@@ -110,7 +110,8 @@ def load_prepared(folder: Path | str) -> Optional[PreparedGraph]:
         shutil.rmtree(folder, ignore_errors=True)
         return None
     na = int(meta["n_active"])
-    S = sp.csr_matrix((arrays["S_data"], arrays["S_indices"], arrays["S_indptr"]), shape=(na, na), copy=False)
+    # no scipy here: a run on a saved preparation never imports it (`csr`); the arrays stay mapped
+    S = CsrMatrix(arrays["S_indptr"], arrays["S_indices"], arrays["S_data"], (na, na))
     panels = Panels(arrays["panel_indptr"], arrays["panel_indices"], arrays["panel_data"])
     interval = tuple(meta["interval"]) if meta["interval"] else None
     return PreparedGraph(int(meta["n"]), int(meta["block_size"]), arrays["pos"], na, arrays["sqrt_deg"], S, panels,
