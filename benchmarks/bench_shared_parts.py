@@ -10,8 +10,9 @@ PPR own, wall and CPU seconds each, alternating the two trees `--repeats` times:
 * `index_load`: `graph.store.load_index` as the pipeline calls it (with the `defer`
   of a HippoRAG 2 run where the tree has it: `retrieve.factory.unread_embeddings`);
 * `setup`: importing the retriever's module (`retrieve.graph_retriever`, which brings
-  in scipy.sparse and the solver) and `BatchedSolver.from_edges` from the index's saved
-  preparation (`<index>/ppr/`, made by an earlier run);
+  in the solver, and scipy.sparse until round 5: `retrieve/csr.py`) and
+  `BatchedSolver.from_edges` from the index's saved preparation (`<index>/ppr/`, made by
+  an earlier run);
 * `ppr`: `solve` of 100 HippoRAG-shaped resets as CSR rows in pieces of the solver's
   block_size x threads, as the retriever calls it (5 phrase seeds per query, a 0.05
   weight spread over every passage by a seeded RNG: the shared set's graph, not its

@@ -159,6 +159,22 @@ def test_rounds_check_their_residual_only_where_they_may_stop(shape, d):
     assert sum(c for _, c in ours) < sum(s for s, _ in every), "every step still computed its residual"
 
 
+def test_next_check_by_the_chebyshev_rate():
+    """After a check that does not stop, the next comes after the steps the asymptotic
+    rate needs for what is left, rounded down, between 1 and CHECK_EVERY; a residual
+    that is NaN, infinite or already small enough is checked at the next step."""
+    sigma = 0.5
+    rho = sigma / (1 + np.sqrt(1 - sigma**2))  # ~0.268 a step
+    for steps in range(1, 6):
+        # a reduction just over rho^-steps needs `steps` steps; just under, one fewer
+        assert ppr._steps_at_rate(sigma, rho ** -steps * 1.01) == steps
+        assert ppr._steps_at_rate(sigma, rho ** -steps * 0.99) == max(1, steps - 1)
+    assert ppr._steps_at_rate(sigma, 1e300) == ppr.CHECK_EVERY
+    for reduction in (float("nan"), float("inf"), 0.5, 1.0):
+        assert ppr._steps_at_rate(sigma, reduction) == 1
+    assert ppr._steps_at_rate(0.0, 1e6) == 1  # one point: one step solves it
+
+
 @pytest.mark.parametrize("operator", ["compiled", "numpy"])
 def test_kept_and_regathered_right_hand_sides_give_the_same_bits(monkeypatch, operator):
     """Small blocks keep their b for the float64 residuals (`_keeps_rhs`); large ones

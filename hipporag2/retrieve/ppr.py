@@ -60,7 +60,10 @@ The arithmetic on the block goes through an operator object with two implementat
 of the same operations: `_Operator`, compiled numba loops (`ppr_kernels`: S in column
 panels, prefetching, the fused Chebyshev step), fastest per step, and
 `ppr_numpy.NumpyOperator` (scipy's CSR product, numpy passes), which never imports
-numba. numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
+numba. Neither imports scipy: S and the resets are `csr.CsrMatrix`, whose products are
+scipy's compiled loops loaded without the package (its import would cost a run
+0.2-0.5 s); only preparing a graph (`prepare_graph`, `spectral_interval`) imports it.
+numba's start-up costs a process ~0.4 CPU s, more than the compiled PPR of a
 100-question run on the shared MuSiQue set, so `choose_operator` picks by the size of S: below
 NUMPY_OPERATOR_MAX_NNZ nonzeros a solver starts on numpy and moves to the compiled loops
 once the queries it has solved make the start-up worth paying (`ppr_numpy.TieredOperator`);
@@ -202,10 +205,10 @@ class PPRSolver(Protocol):
     def solve(self, resets: np.ndarray, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
         """resets: (q, n) reset vectors (not necessarily normalised; a numpy array, or a
-        sparse matrix, `csr.CsrMatrix` or scipy's, whose rows a query's few seeds fill far more
-        cheaply); returns (q, n), or
-        only the nodes `columns` (a slice with step 1: e.g. the passages, all a ranking
-        needs), written into `out` when it is given (see `output_array`)."""
+        sparse matrix, `csr.CsrMatrix` or scipy's, whose rows a query's few seeds fill far
+        more cheaply); returns (q, n), or only the nodes `columns` (a slice with step 1:
+        e.g. the passages, all a ranking needs), written into `out` when it is given (see
+        `output_array`)."""
 
 
 class PrpackSolver:
@@ -302,8 +305,8 @@ class PreparedGraph:
         return order[: self.n_active]
 
     def components(self) -> CsrMatrix:
-        """One unit column per connected component (see `component_vectors`), with the
-        index dtype of `comp_of` (scipy's `components().T @ b` read the same arrays)."""
+        """One unit column per connected component (see `component_vectors`); the solver's
+        `components().T @ b` is scipy's CSC product on these arrays."""
         return CsrMatrix(np.arange(self.n_active + 1, dtype=self.comp_of.dtype), self.comp_of, self.comp_val,
                          (self.n_active, self.n_comp))
 
@@ -692,7 +695,8 @@ class BatchedSolver:
     together in those products sit together and stay in cache. The
     solver keeps one set of block arrays per thread between calls (3 x nodes x
     block_size float64s each in the mixed-precision layout, ~75 MB on the MuSiQue-sized
-    graph; 4 in the float64 one) until `release_workspaces`.
+    graph, 4 where a block is small enough to keep its b, `_keeps_rhs`; 4 in the
+    float64 one) until `release_workspaces`.
     """
 
     def __init__(

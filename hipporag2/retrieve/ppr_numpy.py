@@ -20,7 +20,12 @@ Like the compiled operator it has the mixed-precision methods (`mixed_precision`
 float64 residual, the same 1e-11 bound): scipy's product on float32 blocks with S's
 values in float32 cost ~0.3 of the float64 one per column on the shared set's graph
 (the block's gathered rows are half the bytes and stay in cache), and each float32
-pass moves half the bytes.
+pass moves half the bytes. Its step is the product plus separate passes, so it also
+has the step without its residual (`chebyshev_advance32`), which the solver runs
+wherever a float32 round cannot stop yet (`BatchedSolver._chebyshev32`). scipy's
+product costs per stored entry (~0.7 ms for S's 86k entries x 16 float32 columns,
+a diagonal's 18k entries ~0.1-0.17 ms), more than numpy's pass over a block, so the
+vector work stays in numpy passes rather than in diagonals added to the product.
 
 Which one a solver uses is decided by `ppr.choose_operator` from the size of S.
 """
@@ -38,7 +43,10 @@ _csr_matvecs = sparsetools().csr_matvecs
 
 # queries per block with this operator: each of its passes reads and writes whole
 # blocks, which must stay in cache between passes (on the shared set, 18k nodes, CPU
-# ms per query: 3.1-3.2 at 8-12, 3.4 at 16, 3.8 at 32 columns; compiled: 2.1 at 32)
+# ms per query: 3.1-3.2 at 8-12, 3.4 at 16, 3.8 at 32 columns; compiled: 2.1 at 32).
+# Re-measured after round 5 made its float32 steps cheaper (100 queries, 2 threads,
+# benchmarks/bench_ppr_numpy_steps.py --block-sizes): 16 to 32 within the noise of
+# each other, 8 and 50 slower; kept at 16
 BLOCK_SIZE = 16
 # rows of R one pass of `clean_sums` reads at a time (a cleaned copy of these is made)
 _CLEAN_BYTES = 8 << 20
@@ -157,8 +165,23 @@ class NumpyOperator:
         w, g = float(omega), float(gamma)
         x_prev *= x_prev.dtype.type(1.0 - w)
         self._axpy(w * (1.0 - g), x, x_prev)
-        self.add_product(x, w * g * float(d), x_prev)
+        self._add_product_times(x, float(d), w * g, x_prev)
         self._axpy(w * g, b, x_prev)
+
+    def _add_product_times(self, x, d: float, coef: float, out) -> None:
+        """out += coef d S x: d S's cached values times coef into this thread's copy (one
+        multiply of nnz values), as coef changes every step and the cache of
+        `_scaled_data` keeps a few values of d only."""
+        if not (x.flags.c_contiguous and out.flags.c_contiguous):
+            self.add_product(x, coef * d, out)
+            return
+        scaled = self._scaled_data(d, out.dtype)
+        data = getattr(self._local, "data", None)
+        if data is None or data.shape != scaled.shape or data.dtype != scaled.dtype:
+            data = self._local.data = np.empty_like(scaled)
+        np.multiply(scaled, out.dtype.type(coef), out=data)
+        n, m = x.shape
+        _csr_matvecs(n, n, m, self.S.indptr, self.S.indices, data, x.ravel(), out.ravel())
 
     def residual_in_place(self, d, x, weight, r, l1) -> None:
         """r = b - (x - d S x) for the b that r holds, in float64 with S's float64 values,
