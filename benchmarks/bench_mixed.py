@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.report import emit
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -94,10 +96,7 @@ def main(argv=None) -> int:
     lines += ["", f"float64 / mixed: wall {statistics.median(wall['float64']) / statistics.median(wall['mixed']):.2f}x, "
               f"CPU {statistics.median(cpu['float64']) / statistics.median(cpu['mixed']):.2f}x. "
               f"Largest L1 distance between the two answers {diff:.1e}; top-200 rankings agree on {agree}/{q}."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
     return 0
 
 

@@ -42,6 +42,7 @@ import numba
 import numpy as np
 import scipy
 
+from benchmarks.report import emit
 from benchmarks.synthetic_graph import make_graph, make_queries
 from hipporag2.retrieve.ppr import BatchedSolver, OutputBuffer, PrpackSolver, rank_desc_stable, rankings_agree
 
@@ -106,16 +107,6 @@ def machine_line(load0, load1, solver: BatchedSolver) -> str:
         f"numba {numba.__version__}; BatchedSolver threads={solver.n_threads}, block_size={solver.block_size}, "
         f"tol={solver.tol:g}, spectral interval of S (for Chebyshev) [{lo:.4f}, {hi:.4f}]."
     )
-
-
-def emit(lines: list[str], out: str | None) -> None:
-    """Print the Markdown report, and write it to `out` when given."""
-    report = "\n".join(lines)
-    print(report)
-    if out:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out, "w") as f:
-            f.write(report + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.report import emit
+
 
 def load_kernels(tree: Path):
     """The other tree's ppr_kernels module, imported as `baseline_ppr_kernels`."""
@@ -176,10 +178,7 @@ def main(argv=None) -> int:
     mc = statistics.median(cpu["baseline"]) / statistics.median(cpu["this tree"])
     lines += ["", f"baseline / this tree: wall {mw:.2f}x, CPU {mc:.2f}x. Largest L1 distance between the two "
               f"answers {diff:.1e}; top-200 rankings agree on {agree}/{q}."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(lines, args.out)
     return 0
 
 

@@ -188,10 +188,9 @@ def main(argv=None) -> int:
     digests = {r["jsonl_sha256"] for rs in runs.values() for r in rs}
     out += ["", "retrieval.jsonl bytes: " + ("identical in every run of both trees." if len(digests) == 1
                                           else f"DIFFER ({len(digests)} distinct files).")]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    from benchmarks.report import emit
+
+    emit(out, args.out)
     return 0
 
 

@@ -42,7 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from scipy.sparse.linalg import eigsh
 
-from benchmarks.bench_ppr import Clock, emit, log, machine_line
+from benchmarks.bench_ppr import Clock, log, machine_line
+from benchmarks.report import emit
 from benchmarks.synthetic_graph import make_graph, make_queries
 from hipporag2.retrieve.ppr import (
     BatchedSolver,
