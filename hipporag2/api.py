@@ -66,7 +66,7 @@ class HippoRAG:
         if config is not None and overrides:
             raise ConfigError("pass either overrides or config, not both (apply overrides to the Config yourself)")
         if config is None:
-            from hipporag2.cli import compose
+            from hipporag2.compose import compose
 
             given = {o.split("=", 1)[0].lstrip("+~") for o in overrides or []}
             defaults = [f"{k}={v}" for k, v in (("run_dir", self.save_dir / "runs"), ("cache_dir", self.save_dir / "cache"))
@@ -74,7 +74,7 @@ class HippoRAG:
             config = compose(defaults + list(overrides or []))
         else:
             config = validate(config)
-        from hipporag2.data.validate import check_input_paths
+        from hipporag2.data.inputs import check_input_paths
 
         check_input_paths(config)
         self.cfg: Config = config

@@ -12,63 +12,11 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from hipporag2.config import Config, ConfigError, register_configs, validate
+from hipporag2.compose import CONFIG_DIR, compose, dictconfig_to_config, to_config  # noqa: F401 (compose: for scripts)
+from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 log = logging.getLogger("hipporag2")
-
-register_configs()
-
-
-def _short_hash(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:10]
-
-
-# `${hash:...}` names run directories by the overrides that define a run, so the same
-# command resumes in place and two settings never share a folder.
-if not OmegaConf.has_resolver("hash"):
-    OmegaConf.register_new_resolver("hash", _short_hash)
-# `${resources:demo}` = a folder shipped inside the package, wherever it is installed.
-# `${sweep_dir:DEFAULT}` = the folder of the sweep this job belongs to. A job resolves
-# its config with its own overrides, so a sweep folder named by a hash of the command's
-# overrides would come out different in every job; the sweeping process publishes the
-# folder it made (RedactSweepFiles.on_multirun_start) and its jobs read it back.
-if not OmegaConf.has_resolver("sweep_dir"):
-    OmegaConf.register_new_resolver("sweep_dir", lambda default: os.environ.get("HIPPORAG2_SWEEP_DIR") or default)
-if not OmegaConf.has_resolver("resources"):
-    OmegaConf.register_new_resolver("resources", lambda name: str(Path(__file__).resolve().parent / "resources" / name))
-
-
-def to_config(dcfg: DictConfig) -> Config:
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, Config)
-    return validate(cfg)
-
-
-def dictconfig_to_config(dcfg: DictConfig) -> Config:
-    """The checked Config of a composition made with `return_hydra_config=True`; the
-    Hydra part is set as in a real run, so `${hydra:...}` (the run_dir name) resolves
-    the same way, then dropped."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    HydraConfig.instance().set_config(dcfg)
-    with open_dict(dcfg):
-        del dcfg["hydra"]
-    return to_config(dcfg)
-
-
-def compose(overrides: list[str] | None = None) -> Config:
-    """The Config that `hipporag2 OVERRIDES...` would run, for scripts and tests."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        dcfg = hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
-        return dictconfig_to_config(dcfg)
 
 
 def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:

@@ -222,7 +222,7 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from hipporag2.cli import CONFIG_DIR, dictconfig_to_config
+    from hipporag2.compose import CONFIG_DIR, dictconfig_to_config
 
     def compose_fn(ovr):
         try:
@@ -230,7 +230,7 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
         except (HydraException, OmegaConfBaseException) as e:
             raise ConfigError(explain_hydra_error(e, ovr)) from None
 
-    from hipporag2.data.validate import check_input_paths
+    from hipporag2.data.inputs import check_input_paths
 
     GlobalHydra.instance().clear()
     first: Optional[Config] = None

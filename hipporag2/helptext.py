@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # shipped in the package (hipporag2.compose)
 
 KEY_HELP: Dict[str, str] = {
     "dataset.name": "dataset name; files are {data_dir}/{file_stem}.json and {file_stem}_corpus.json",

@@ -32,7 +32,7 @@ from hipporag2 import atomicio
 from hipporag2.atomicio import crash_point
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
-from hipporag2.data.validate import check_input_paths
+from hipporag2.data.inputs import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall

@@ -358,7 +358,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         overrides.append("run_dir=runs/tune_filter")
     with exit_on_signal(), user_errors():
         cfg = check_overrides(overrides)
-        from hipporag2.data.validate import check_filter_program_loads
+        from hipporag2.data.inputs import check_filter_program_loads
 
         check_filter_program_loads(args.start)  # a bad --start program: one line now, not after the data is read
         meta = tune(

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from hipporag2.data.errors import DataError
 from hipporag2.data.loaders import Corpus, load_corpus, load_queries, read_json
-from hipporag2.data.validate import check_input_paths, validate_filter_program
+from hipporag2.data.inputs import check_input_paths
+from hipporag2.data.validate import validate_filter_program
 from hipporag2.graph.triples import TripleStats, clean_triples
 from hipporag2.openie.interchange import import_openie, parse_openie
 

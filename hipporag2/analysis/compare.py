@@ -195,7 +195,7 @@ def compare_main(paths: Sequence[str], k: int, out: Optional[Path], name: Option
     import sys
 
     from hipporag2 import atomicio
-    from hipporag2.report.cli import mixed_data
+    from hipporag2.report.runs import mixed_data
     from hipporag2.report.perquery import GoldUnavailable
     from hipporag2.report.runs import load_run
 

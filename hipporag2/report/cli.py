@@ -17,23 +17,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from hipporag2.report.reference import FAIL, OK, OKISH, Reference, check_run, default_references, load_reference, worst
-from hipporag2.report.runs import Run, load_runs
+from hipporag2.report.runs import Run, load_runs, mixed_data
 from hipporag2.report.tables import KINDS, Context, auto_kind, build
-
-
-def mixed_data(runs: Sequence[Run]) -> List[str]:
-    """Datasets whose runs read different files (by content hash)."""
-    problems = []
-    by_ds: Dict[str, Dict[str, Dict[str, List[str]]]] = {}
-    for r in runs:
-        for name, h in r.data_hashes.items():
-            by_ds.setdefault(r.dataset, {}).setdefault(name, {}).setdefault(h, []).append(str(r.path))
-    for ds, files in by_ds.items():
-        for name, hashes in files.items():
-            if len(hashes) > 1:
-                detail = "; ".join(f"{h}: {len(p)} run(s), e.g. {p[0]}" for h, p in hashes.items())
-                problems.append(f"dataset {ds}: {name} differs between runs ({detail})")
-    return problems
 
 
 def _parser() -> argparse.ArgumentParser:

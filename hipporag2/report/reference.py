@@ -29,7 +29,7 @@ import yaml
 
 from hipporag2.report.runs import Run
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "reference"  # package data; results/reference links here
 OK, OKISH, FAIL = "OK", "OKish", "FAIL"
 
 

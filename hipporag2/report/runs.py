@@ -10,7 +10,7 @@ import glob
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
@@ -35,7 +35,7 @@ def _resolve_config(path: Path) -> Dict[str, Any]:
     from omegaconf import OmegaConf
 
     try:  # registers the project's resolvers (${hash:...}, ${resources:...})
-        import hipporag2.cli  # noqa: F401
+        import hipporag2.compose  # noqa: F401
     except Exception:  # pragma: no cover - the report still works on literal configs
         pass
     cfg = OmegaConf.load(path)
@@ -173,3 +173,18 @@ def find_run_dirs(patterns: Iterable[str]) -> List[Path]:
 
 def load_runs(patterns: Iterable[str]) -> List[Run]:
     return [load_run(p) for p in find_run_dirs(patterns)]
+
+
+def mixed_data(runs: Sequence[Run]) -> List[str]:
+    """Datasets whose runs read different files (by content hash)."""
+    problems = []
+    by_ds: Dict[str, Dict[str, Dict[str, List[str]]]] = {}
+    for r in runs:
+        for name, h in r.data_hashes.items():
+            by_ds.setdefault(r.dataset, {}).setdefault(name, {}).setdefault(h, []).append(str(r.path))
+    for ds, files in by_ds.items():
+        for name, hashes in files.items():
+            if len(hashes) > 1:
+                detail = "; ".join(f"{h}: {len(p)} run(s), e.g. {p[0]}" for h, p in hashes.items())
+                problems.append(f"dataset {ds}: {name} differs between runs ({detail})")
+    return problems

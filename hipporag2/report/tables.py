@@ -22,7 +22,7 @@ from hipporag2.report.perquery import GoldUnavailable, Significance, compare, se
 from hipporag2.report.reference import Reference
 from hipporag2.report.runs import Run
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # package data (hipporag2.compose.CONFIG_DIR)
 
 # Column order and display names of the paper's datasets.
 DATASET_ORDER = ["nq", "popqa", "musique", "2wikimultihopqa", "hotpotqa", "lveval", "narrativeqa", "musique_train"]
