@@ -1,0 +1,78 @@
+"""A wheel built from the repo works outside a checkout: installed into a throwaway
+venv and run from another folder, `hipporag2 --cfg job` composes the config shipped in
+the package, `HippoRAG(save_dir, overrides=[...])` indexes and retrieves, and the
+report finds the expected numbers. The venv sees the shared environment's packages
+(numpy, hydra, ...) through a path line, not its `.pth` hooks, so the checkout's
+editable install cannot stand in for the wheel."""
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # one wheel build and a venv with its own pip (~30 s)
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import sys, hipporag2
+from pathlib import Path
+from hipporag2 import HippoRAG
+from hipporag2.report.reference import default_references
+assert Path(hipporag2.__file__).resolve().is_relative_to(Path(sys.prefix).resolve()), hipporag2.__file__
+assert default_references()[0] is not None, "paper.yaml not shipped"
+docs = ["Oliver Badman is a politician.", "George Rankin is a politician.", "Cinderella attended the royal ball."]
+with HippoRAG("rag", overrides=["retrieval=bm25", "progress=false"]) as rag:
+    rag.index(docs)
+    top = rag.retrieve(["Who attended the ball?"], num_to_retrieve=1)[0]
+print("TOP", top.docs[0])
+print("FILE", hipporag2.__file__)
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory):
+    for mod in ("setuptools", "wheel"):
+        pytest.importorskip(mod, reason=f"building the wheel needs {mod}")
+    root = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(root / "dist"), str(REPO)], capture_output=True, text=True, cwd=root)
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (root / "dist").glob("hipporag2-*.whl")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["OMP_NUM_THREADS"] = "1"
+    env_dir = root / "venv"
+    venv.create(env_dir, with_pip=True)  # its own pip: another pip aimed at it sees the shared packages
+    py = env_dir / "bin" / "python"
+    site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    # installed before the shared packages are visible: pip would see the checkout's
+    # editable hipporag2 there and call the wheel installed already
+    inst = subprocess.run([str(py), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "-q", str(wheel)],
+                          capture_output=True, text=True, cwd=root, env=env)
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    (site / "shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    work = root / "elsewhere"
+    work.mkdir()
+    return env_dir, env, work
+
+
+def test_installed_wheel_composes_its_shipped_config(wheel_venv):
+    env_dir, env, work = wheel_venv
+    out = subprocess.run([str(env_dir / "bin" / "hipporag2"), "--cfg", "job", "--resolve", "retrieval=bm25"], capture_output=True,
+                         text=True, cwd=work, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "method: bm25" in out.stdout
+    data_dir = next(line.split(":", 1)[1].strip() for line in out.stdout.splitlines() if line.startswith("data_dir:"))
+    assert Path(data_dir).is_dir() and Path(data_dir).resolve().is_relative_to(env_dir.resolve()), data_dir
+
+
+def test_installed_wheel_runs_the_library_from_another_folder(wheel_venv):
+    env_dir, env, work = wheel_venv
+    out = subprocess.run([str(env_dir / "bin" / "python"), "-c", PROBE], capture_output=True, text=True, cwd=work,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "TOP Cinderella attended the royal ball." in out.stdout
+    assert (work / "rag" / "hipporag2_index.json").is_file()
