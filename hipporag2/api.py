@@ -77,9 +77,15 @@ class HippoRAG:
         from hipporag2.data.inputs import check_input_paths
 
         check_input_paths(config)
-        self.cfg: Config = config
-        from hipporag2.pipeline import LazyLLM
+        self._setup(config)
+        if (self.save_dir / STATE_FILE).is_file():
+            self._load()
+
+    def _setup(self, config: Config) -> None:
         from hipporag2.registry import ENCODER_METHODS, GRAPH_METHODS
+        from hipporag2.stages import LazyLLM
+
+        self.cfg: Config = config
 
         self._llm = LazyLLM(config)
         self.needs_graph = config.retrieval.method in GRAPH_METHODS
@@ -95,8 +101,71 @@ class HippoRAG:
         self.last_update = None  # UpdateStats of the latest insert/delete (synonym KNN work)
         self.last_timings: Dict[str, StageTime] = {}  # wall / CPU seconds by stage of the latest insert/delete
         self.closed = False
-        if (self.save_dir / STATE_FILE).is_file():
-            self._load()
+        self.inputs = None  # the dataset's checked files (for_dataset only)
+
+    @classmethod
+    def for_dataset(cls, config: Config, timings=None, report: Optional[Dict[str, Any]] = None) -> "HippoRAG":
+        """HippoRAG over the configured dataset's files, as `hipporag2` runs it: the
+        corpus and questions read and checked (`inputs`), and the index of the corpus
+        taken from the stage cache (`cache_dir/index/KEY`, by content of corpus, OpenIE,
+        encoder and graph settings), built there once when absent and shared by every
+        run and sweep over it; nothing is written to a save_dir. `report` collects what
+        the stages report for metrics.json (OpenIE counts, index key); `timings` their
+        seconds (a `stages.Timings`)."""
+        from hipporag2.embed.store import open_store
+        from hipporag2.stages import Timings, load_inputs, make_retriever
+
+        rag = cls.__new__(cls)
+        rag.save_dir = Path(config.run_dir)
+        rag._setup(validate(config))
+        rag.timings = timings if timings is not None else Timings()
+        rag.report = report if report is not None else {}
+        rag.inputs = load_inputs(config, rag.timings)
+        atomicio.crash_point("data_loaded")
+        rag._store = open_store(config.cache_dir, config.embedding, checkpoint_s=config.checkpoint_s)
+        rag._retriever, rag._index = make_retriever(config, rag.inputs.corpus, rag._store, rag._llm, rag.report, rag.timings)
+        return rag
+
+    @property
+    def retriever(self):
+        """The configured retriever over the index (built on first use)."""
+        return self._get_retriever()
+
+    @property
+    def index_data(self):
+        """The graph index (`hipporag2.graph.store.Index`; None for methods without one)."""
+        return self._index
+
+    def retrieve_dataset(self, out) -> tuple:
+        """`for_dataset` mode: every question of the dataset retrieved block by block
+        into `out` (a `run_files.RetrievalFile`: retrieval.jsonl, which is also the
+        checkpoint a rerun resumes from), then the `retrieval.max_fallback_rate` gate.
+        Returns (results in question order, how many a previous process had finished)."""
+        from hipporag2.gates import check_fallback_rate
+        from hipporag2.run_files import retrieve_into
+        from hipporag2.stages import count_fallbacks, llm_stage_stats
+
+        self._check_open()
+        results, resumed = retrieve_into(self._retriever, self.inputs.queries, out, self.timings.stage)
+        if self._index is not None:
+            check_fallback_rate(self.cfg.retrieval.method, count_fallbacks(results), len(results),
+                                self.cfg.retrieval.max_fallback_rate, int(self._index.stats.get("facts", 0)))
+        self.report.update(llm_stage_stats(self._retriever))
+        return results, resumed
+
+    def llm_report(self) -> Dict[str, Any]:
+        """The LLM's usage and engine report for metrics.json (empty when none was built)."""
+        out: Dict[str, Any] = {}
+        if self._llm is not None and self._llm.usage():
+            out["llm_usage"] = self._llm.usage()
+        if self._llm is not None and self._llm.engine_report():
+            out["llm_engine"] = self._llm.engine_report()
+        return out
+
+    def llm(self):
+        """The configured LLM (built on first use; ConfigError for llm=none)."""
+        self._check_open()
+        return self._llm.get()
 
     # ---- lifetime ------------------------------------------------------------------
 
@@ -245,7 +314,7 @@ class HippoRAG:
             return 0
         clock = StageClock()
         if self.needs_graph:
-            from hipporag2.pipeline import get_openie
+            from hipporag2.stages import get_openie
 
             with clock.stage("openie"):
                 corpus = Corpus([passage_of_string(d, i) for i, d in enumerate(new)])
@@ -311,6 +380,8 @@ class HippoRAG:
 
     def _get_retriever(self):
         self._check_open()
+        if self.inputs is not None:  # for_dataset: built with the index
+            return self._retriever
         if self._index is None:
             raise ConfigError(f"{self.save_dir} has no index yet: call index(docs) first")
         if self.needs_graph:
@@ -333,10 +404,11 @@ class HippoRAG:
             raise ConfigError(f"num_to_retrieve={k} must be >= 1")
         retriever.cfg = replace(self.cfg.retrieval, retrieval_top_k=k)
         out = []
+        passages = self.inputs.corpus.strings if self.inputs is not None else self._index.passages
         block = self.cfg.retrieval.query_batch_size
         for start in range(0, len(qs), block):
             for q, r in zip(qs[start : start + block], retriever.retrieve(qs[start : start + block])):
-                out.append(from_details(q.question, q.id, r.ranked, r.scores, r.details, self._index.passages))
+                out.append(from_details(q.question, q.id, r.ranked, r.scores, r.details, passages))
         if self.needs_graph:
             self._check_fallbacks(out)
         return out

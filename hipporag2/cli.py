@@ -113,6 +113,13 @@ def _job_run_dir(dcfg: DictConfig) -> Path:
     return Path(dcfg.run_dir)
 
 
+def _job_overrides() -> list:
+    """The overrides that made this job (kept in metrics.json for the report)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def _main(dcfg: DictConfig) -> None:
     from hipporag2.pipeline import run
@@ -123,7 +130,7 @@ def _main(dcfg: DictConfig) -> None:
             cfg = to_config(dcfg)
             if Path(cfg.run_dir).absolute() != job_dir.absolute():
                 cfg.run_dir = str(job_dir)
-            metrics = run(cfg)
+            metrics = run(cfg, overrides=_job_overrides())
     except SystemExit as e:
         discard_failed_start(job_dir, f"exit status {e.code}; see run.log")
         raise

@@ -1,5 +1,6 @@
-"""The JSON lines of retrieval results (retrieval.jsonl and the retrieval checkpoint),
-byte for byte what `json.dumps(row, ensure_ascii=False)` writes, made cheaper.
+"""The JSON lines of retrieval results (retrieval.jsonl, which is also the retrieval
+checkpoint: `run_files.RetrievalFile`), byte for byte what
+`json.dumps(row, ensure_ascii=False)` writes, made cheaper.
 
 A retrieval.jsonl line holds 200 ranked passages, each a small object {title,
 corpus_idx, score}; encoding those 200 objects (and building them first) was most of
@@ -7,9 +8,9 @@ what writing a line cost (issue 15: ~0.7 ms of a 16 ms query at MuSiQue scale). 
 a passage's constant part, `{"title": ..., "corpus_idx": ..., "score": `, is encoded
 once per corpus and each line is joined from those pieces and the scores' reprs,
 which is what the json module writes for a float (`float.__repr__`, or NaN /
-Infinity / -Infinity). Those reprs (200 a query, in the checkpoint line and again in
-retrieval.jsonl) are made by orjson where it writes the same text (`_finite_float_texts`:
-its shortest digits are repr's; the layouts that differ are re-laid out as repr's).
+Infinity / -Infinity). Those reprs (200 a query) are made by orjson where it writes
+the same text (`_finite_float_texts`: its shortest digits are repr's; the layouts
+that differ are re-laid out as repr's).
 Anything that is not the plain shape (a score that is not a
 float, details that would overwrite a line's own keys) goes through `json.dumps`
 itself, so the bytes never depend on which path ran; tests/test_result_lines.py
@@ -22,7 +23,7 @@ import json
 import math
 from itertools import repeat
 from operator import add
-from typing import Iterable, Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Iterable, Iterator, List, Sequence, Tuple
 
 from hipporag2.retrieve.base import RetrievalResult
 
@@ -132,19 +133,6 @@ def _repr_layout(t: str) -> str:
     return float.__repr__(float(t))  # not a layout seen here: the same float (shortest digits), repr's text
 
 
-def _int_list_text(xs: Sequence) -> str | None:
-    """json's text of a list of ints (`[1, 2]`), or None when one is not exactly an int (a bool is not)."""
-    if not set(map(type, xs)) <= {int}:
-        return None
-    fast = _orjson()
-    if fast is not None:
-        try:
-            return fast.dumps(xs).decode().replace(",", ", ")  # an int's text has no comma
-        except TypeError:  # beyond 64 bits (orjson.JSONEncodeError is a TypeError)
-            pass
-    return "[" + ", ".join(map(int.__repr__, xs)) + "]"
-
-
 def _details_tail(details: dict) -> str:
     """`, "key": value, ...` of a non-empty details dict, as json.dumps of a row holding them writes it."""
     return ", " + _dumps(details)[1:-1] if details else ""
@@ -152,7 +140,7 @@ def _details_tail(details: dict) -> str:
 
 class RetrievalLines:
     """retrieval.jsonl lines of one corpus: `line(query, result)` equals
-    `json.dumps(retrieval_row, ensure_ascii=False)` (pipeline.retrieval_rows)."""
+    `json.dumps(self.row(query, result), ensure_ascii=False)`."""
 
     def __init__(self, corpus):
         self.corpus = corpus
@@ -167,7 +155,7 @@ class RetrievalLines:
         return self._prefix
 
     def row(self, query, result: RetrievalResult) -> dict:
-        """The line as a dict (the slow, plain path; `pipeline.retrieval_rows` gives the same)."""
+        """The line as a dict (the slow, plain path)."""
         passages = self.corpus.passages
         row = {
             "id": query.id,
@@ -182,7 +170,7 @@ class RetrievalLines:
 
     def line(self, query, result: RetrievalResult, score_texts: Sequence[str] | None = None) -> str:
         """`score_texts`: json's text of each of result.scores, when the caller has them
-        (`CheckpointBlock.score_texts`: formatting 200 floats is most of a line's cost)."""
+        (formatting 200 floats is most of a line's cost)."""
         details = result.details
         texts = score_texts if score_texts is not None and len(score_texts) == len(result.scores) \
             else _float_texts(result.scores)
@@ -201,55 +189,3 @@ class RetrievalLines:
         texts = score_texts if score_texts is not None else repeat(None)
         for q, r, t in zip(queries, results, texts):
             yield self.line(q, r, t)
-
-
-def checkpoint_row(result: RetrievalResult) -> dict:
-    """One result as the retrieval checkpoint stores it."""
-    return {"id": result.query_id, "ranked": result.ranked, "scores": result.scores, "details": result.details}
-
-
-class CheckpointBlock(NamedTuple):
-    """One block's checkpoint line, its results as read back from that line, and the
-    json text of each result's scores (None where the plain path ran)."""
-
-    text: str
-    results: List[RetrievalResult]
-    score_texts: List[List[str] | None]
-
-
-def checkpoint_block(start: int, results: Sequence[RetrievalResult]) -> CheckpointBlock:
-    """`json.dumps({"start": start, "rows": [checkpoint_row(r), ...]}, ensure_ascii=False)`,
-    and the results as `json.loads` of it gives them back.
-
-    A result of the plain shape (a str id, int passages, finite float scores) reads back
-    as itself: repr of a finite float parses to the same float, an int to the same int,
-    so only its details (tuples become lists, keys strings) are parsed back; any other
-    result goes through json.dumps and json.loads whole."""
-    if type(start) is not int:
-        return _plain_block(start, results)
-    parts, back, texts = [], [], []
-    for r in results:
-        ints, floats = _int_list_text(r.ranked), _finite_float_texts(r.scores)
-        if ints is None or floats is None or type(r.query_id) is not str:
-            text = _dumps(checkpoint_row(r))
-            parts.append(text)
-            back.append(result_of_checkpoint_row(json.loads(text)))
-            texts.append(None)
-            continue
-        details = _dumps(r.details)
-        parts.append('{"id": ' + _dumps(r.query_id) + ', "ranked": ' + ints + ', "scores": ' + floats[1]
-                     + ', "details": ' + details + "}")
-        back.append(RetrievalResult(r.query_id, list(r.ranked), list(r.scores), json.loads(details)))
-        texts.append(floats[0])
-    return CheckpointBlock('{"start": ' + int.__repr__(start) + ', "rows": [' + ", ".join(parts) + "]}", back, texts)
-
-
-def _plain_block(start, results) -> CheckpointBlock:
-    text = _dumps({"start": start, "rows": [checkpoint_row(r) for r in results]})
-    back = [result_of_checkpoint_row(r) for r in json.loads(text)["rows"]]
-    return CheckpointBlock(text, back, [None] * len(back))
-
-
-def result_of_checkpoint_row(row: dict) -> RetrievalResult:
-    """A checkpoint row read back (`checkpoint_row`'s inverse)."""
-    return RetrievalResult(row["id"], [int(i) for i in row["ranked"]], [float(x) for x in row["scores"]], row["details"])

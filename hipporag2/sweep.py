@@ -12,10 +12,9 @@ p and one of s per damping give every w: PPR = (y_p + w y_s) / sum(y_p + w y_s);
 dampings share one multi-shift CG run (`BatchedSolver.solve_unnormalised`).
 
 Each grid point gets a run folder DIR/d{damping}_w{weight}/ with the files of a normal
-run (retrieval.jsonl, metrics.json, graph_stats.json, and a .hydra/ folder with
-config.yaml, overrides.yaml and hydra.yaml, which `hipporag2-report` reads), and
-DIR/sweep.json holds the recall grid and timings. metrics.json is a `RunReport`'s view, as
-for a run.
+run, written by the run's own writer (`run_files.write_run`: retrieval.jsonl,
+graph_stats.json, and metrics.json with the config and overrides the report reads),
+and DIR/sweep.json holds the recall grid and timings.
 
 Gates (hipporag2/gates.py) are a run's: the OpenIE coverage and no-facts gates stop the
 sweep while the index is prepared, and every grid point must pass
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -144,29 +142,12 @@ def solve_grid(
 # ---- the command -----------------------------------------------------------------
 
 
-def _write_hydra_dir(run_dir: Path, cfg: Config, overrides: List[str]) -> None:
-    """What `hipporag2-report` reads from a Hydra run: composed config, overrides, cwd."""
-    import yaml
-    from omegaconf import OmegaConf
-
-    from hipporag2 import atomicio
-    from hipporag2.redact import redact, redact_obj
-
-    hydra_dir = run_dir / ".hydra"
-    hydra_dir.mkdir(parents=True, exist_ok=True)
-    config = redact_obj(OmegaConf.to_container(OmegaConf.structured(cfg)))
-    atomicio.write_text(hydra_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    atomicio.write_text(hydra_dir / "overrides.yaml", yaml.safe_dump([redact(o) for o in overrides], sort_keys=False))
-    hydra = {"hydra": {"runtime": {"cwd": os.getcwd()}, "written_by": "hipporag2-sweep"}}
-    atomicio.write_text(hydra_dir / "hydra.yaml", yaml.safe_dump(hydra, sort_keys=False))
-
-
 def check_point_gates(cfg: Config, grid: Dict[Point, List[RetrievalResult]], facts: int) -> None:
     """The fallback gate of a single run (`retrieval.max_fallback_rate`), at every grid
     point, before any point folder is written: a sweep never leaves folders of points
     that a run with the same settings would have refused."""
     from hipporag2.gates import GateError, check_fallback_rate
-    from hipporag2.pipeline import count_fallbacks
+    from hipporag2.stages import count_fallbacks
 
     failures = []
     for (d, w), results in grid.items():
@@ -183,13 +164,11 @@ def check_point_gates(cfg: Config, grid: Dict[Point, List[RetrievalResult]], fac
 
 
 def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], out_dir: Path, overrides: Sequence[str]) -> Dict:
-    from hipporag2.embed.store import open_store
-    from hipporag2.evaluate.metrics import mean_recall
-    from hipporag2.pipeline import (
-        LazyLLM, Timings, provenance, load_inputs, make_retriever, run_metrics, write_json, write_retrieval_jsonl,
-    )
+    from hipporag2.api import HippoRAG
     from hipporag2.redact import install_log_redaction, redact_obj
     from hipporag2.results import RunReport
+    from hipporag2.run_files import write_results, write_run
+    from hipporag2.stages import run_report, write_json
 
     t_start = time.perf_counter()
     install_log_redaction(cfg.llm.api_key_env)
@@ -200,59 +179,47 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     for w in weights:
         if w < 0:
             raise ConfigError(f"--passage-node-weight: {w} is negative")
-    timings = Timings()
-    report: Dict = {}
-    corpus, queries, qpath, cpath, data_files, cov = load_inputs(cfg, timings)
-    store = open_store(cfg.cache_dir, cfg.embedding, checkpoint_s=cfg.checkpoint_s)
-    llm = LazyLLM(cfg)
-    # The retriever gives linking, dense scores and its batched solver (prepared once
-    # per index and loaded from the index folder), which the grid drives directly.
-    # Its index passed the gates of a run (OpenIE coverage, facts) on the way.
+    # The library over the dataset gives linking, dense scores and its batched solver
+    # (prepared once per index and loaded from the index folder), which the grid drives
+    # directly. Its index passed the gates of a run (OpenIE coverage, facts) on the way.
     link_cfg = replace(cfg, retrieval=replace(cfg.retrieval, ppr_solver="batched"))
-    retriever, index = make_retriever(link_cfg, corpus, store, llm, report, timings)
-    solver = retriever.solver
+    rag = HippoRAG.for_dataset(link_cfg)
+    inputs, timings, report, index = rag.inputs, rag.timings, rag.report, rag.index_data
+    queries, corpus, store = inputs.queries, inputs.corpus, rag.store()
+    retriever = rag.retriever
     with timings.stage("retrieval"):
-        grid = solve_grid(retriever, solver, queries, dampings, weights, cfg.retrieval.query_batch_size, timings)
+        grid = solve_grid(retriever, retriever.solver, queries, dampings, weights, cfg.retrieval.query_batch_size, timings)
     check_point_gates(cfg, grid, int(index.stats.get("facts", 0)))
     shared = dict(timings.seconds)
+    report.update(rag.llm_report())
 
     # From here on the folder changes: sweep.json (written last) marks a finished
     # sweep, and in each point folder metrics.json (written last) a finished point.
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.json").unlink(missing_ok=True)
-    strings = corpus.strings
     reports: Dict[Point, RunReport] = {}
     points = []
     for d in dampings:
         for w in weights:
             t0 = time.perf_counter()
             results = grid[(d, w)]
-            pcfg = replace(cfg, retrieval=replace(cfg.retrieval, damping=d, passage_node_weight=w, ppr_solver="batched"))
             run_dir = out_dir / point_dir_name(d, w)
-            pcfg = replace(pcfg, run_dir=str(run_dir))
+            pcfg = replace(cfg, run_dir=str(run_dir),
+                           retrieval=replace(cfg.retrieval, damping=d, passage_node_weight=w, ppr_solver="batched"))
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "metrics.json").unlink(missing_ok=True)  # an older sweep's point is not this one's
-            _write_hydra_dir(run_dir, pcfg, list(overrides) + [f"retrieval.damping={d:g}", f"retrieval.passage_node_weight={w:g}"])
-            write_json(run_dir / "graph_stats.json", index.stats)
-            write_retrieval_jsonl(run_dir / "retrieval.jsonl", queries, results, corpus)
-            recall = mean_recall([q.gold_passages for q in queries], [[strings[i] for i in r.ranked] for r in results], cfg.recall_k)
-            if llm.usage():
-                report["llm_usage"] = llm.usage()
-            metrics = {
-                **run_metrics(cfg, queries, corpus, cov, results, store, recall),
-                "retrieval_resumed_queries": 0,
-                **report,
-                "retrieval.damping": d,
-                "retrieval.passage_node_weight": w,
-                "sweep": {"dir": str(out_dir), "points": len(dampings) * len(weights), "shared_timings": "timings are for the whole sweep, shared by its points"},
-                "timings": {**shared, "write_point": round(time.perf_counter() - t0, 3)},
-                "provenance": provenance(pcfg, qpath, cpath, data_files),
-            }
-            # Typed, as a run's metrics.json is: the file is the RunReport's view.
-            point = reports[(d, w)] = RunReport.from_json(redact_obj(metrics))
-            write_json(run_dir / "metrics.json", point.to_json())
+            write_results(run_dir, queries, results, corpus)
+            point_report = {**report, "retrieval.damping": d, "retrieval.passage_node_weight": w,
+                            "sweep": {"dir": str(out_dir), "points": len(dampings) * len(weights),
+                                      "shared_timings": "timings are for the whole sweep, shared by its points"}}
+            # timings: the shared ones, and this point's writing (its files but metrics.json)
+            timings_point = {**shared, "write_point": round(time.perf_counter() - t0, 3)}
+            metrics = run_report(pcfg, inputs, results, store, point_report, timings_point)
+            point = reports[(d, w)] = write_run(run_dir, metrics, index.stats, pcfg,
+                                                list(overrides) + [f"retrieval.damping={d:g}", f"retrieval.passage_node_weight={w:g}"])
             points.append({"damping": d, "passage_node_weight": w, "run_dir": str(run_dir), **point.recall,
                            "dense_fallbacks": point.dense_fallbacks, "dense_fallback_rate": point.dense_fallback_rate})
+    rag.close()
     recall_grid: Dict[str, List[List[Optional[float]]]] = {
         f"recall@{k}": [[reports[(d, w)].recall_at(k) for w in weights] for d in dampings] for k in cfg.recall_k
     }

@@ -233,7 +233,7 @@ class _CandidateRecorder:
 def build_examples(cfg) -> List[Any]:
     """Examples for every query of the configured dataset, from the configured index."""
     from hipporag2.embed.store import open_store
-    from hipporag2.pipeline import LazyLLM, Timings, get_index, load_dataset
+    from hipporag2.stages import LazyLLM, Timings, get_index, load_dataset
     from hipporag2.retrieve.graph_retriever import GraphRetriever
 
     corpus, queries = load_dataset(cfg)

@@ -169,7 +169,7 @@ def test_cached_index_loads_frozen_with_unread_matrices_deferred(tmp_path, monke
     phrase file is then reported on its first read, and the heap is unfrozen after."""
     import gc
 
-    from hipporag2 import pipeline
+    from hipporag2 import stages as pipeline  # the stage functions
     from hipporag2.graph.store import IndexCorrupt
 
     cfg = _tiny_cfg(tmp_path)
@@ -222,31 +222,38 @@ class CountingRetriever:
 
 
 def test_checkpoint_resume_torn_tail_and_foreign_key(tmp_path):
-    from hipporag2.data.loaders import Query
-    from hipporag2.pipeline import PARTIAL, RetrievalCheckpoint, Timings, retrieve_checkpointed
+    from hipporag2.data.loaders import Corpus, Passage, Query
+    from hipporag2.run_files import RetrievalFile, retrieve_into
+    from hipporag2.stages import Timings
 
     queries = [Query(f"q{i}", f"question {i}") for i in range(7)]
-    path = tmp_path / PARTIAL
+    corpus = Corpus([Passage("t0", "a", 0), Passage("t1", "b", 1)])
     ids = [q.id for q in queries]
 
-    full, done = retrieve_checkpointed(CountingRetriever(), queries, RetrievalCheckpoint(path, "K", ids, 3), Timings())
+    def out(key, qs=queries):
+        return RetrievalFile(tmp_path, key, qs, corpus, 3)
+
+    full, done = retrieve_into(CountingRetriever(), queries, out("K"), Timings().stage)
     assert done == 0 and [r.query_id for r in full] == ids
-    lines = path.read_bytes().split(b"\n")
-    assert len(lines) == 1 + 3 + 1  # header, 3 blocks, trailing newline
+    path = tmp_path / "retrieval.jsonl"
+    whole = path.read_bytes()
+    lines = whole.split(b"\n")
+    assert len(lines) == 7 + 1  # one line per question, trailing newline
 
-    # Killed while writing block 3 (torn line) and after block 2: resume at query 3.
-    path.write_bytes(b"\n".join(lines[:3]) + b"\n" + lines[3][:20])
+    # Killed while writing block 3 (torn line) and after block 2: resume at query 6.
+    path.write_bytes(b"\n".join(lines[:6]) + b"\n" + lines[6][:20])
     r = CountingRetriever()
-    resumed, done = retrieve_checkpointed(r, queries, RetrievalCheckpoint(path, "K", ids, 3), Timings())
+    resumed, done = retrieve_into(r, queries, out("K"), Timings().stage)
     assert done == 6 and r.seen == ["q6"]
-    assert [(x.query_id, x.ranked, x.scores, x.details) for x in resumed] == [(x.query_id, x.ranked, x.scores, x.details) for x in full]
+    assert path.read_bytes() == whole
+    assert [(x.query_id, x.ranked, x.scores) for x in resumed] == [(x.query_id, x.ranked, x.scores) for x in full]
 
-    # Other settings (key) or other queries: the checkpoint is discarded.
+    # Other settings (key) or other queries: the file is started over.
     r = CountingRetriever()
-    _, done = retrieve_checkpointed(r, queries, RetrievalCheckpoint(path, "OTHER", ids, 3), Timings())
+    _, done = retrieve_into(r, queries, out("OTHER"), Timings().stage)
     assert done == 0 and r.seen == ids
     r = CountingRetriever()
-    _, done = retrieve_checkpointed(r, queries[:5], RetrievalCheckpoint(path, "OTHER", ids[:5], 3), Timings())
+    _, done = retrieve_into(r, queries[:5], out("OTHER", queries[:5]), Timings().stage)
     assert done == 0 and r.seen == ids[:5]
 
 

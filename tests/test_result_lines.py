@@ -1,6 +1,7 @@
-"""retrieval.jsonl and the retrieval checkpoint, encoded from pieces (result_lines), are
-byte for byte what json.dumps writes for the same rows, on random results with the
-awkward values a line can hold."""
+"""retrieval.jsonl, encoded from pieces (result_lines) and appended block by block as the
+retrieval checkpoint (run_files.RetrievalFile), is byte for byte what json.dumps writes
+for the same rows, on random results with the awkward values a line can hold, and
+reads back as the values written."""
 import json
 import math
 
@@ -9,9 +10,8 @@ import pytest
 
 from hipporag2 import atomicio
 from hipporag2.data.loaders import Corpus, Passage, Query
-from hipporag2.pipeline import RetrievalCheckpoint, retrieval_rows, write_retrieval_jsonl
-from hipporag2.result_lines import (RetrievalLines, checkpoint_block, checkpoint_row, float_text,
-                                    result_of_checkpoint_row)
+from hipporag2.result_lines import RetrievalLines, float_text
+from hipporag2.run_files import RetrievalFile, write_results
 from hipporag2.retrieve.base import RetrievalResult
 
 AWKWARD = ['Ünïcødé "quoted"', "back\\slash", "tab\tnew\nline\r", "ctrl\x01\x1f", "emoji \U0001F600", "", "a/b"]
@@ -48,7 +48,8 @@ def random_result(rng, qid, n_passages):
 
 
 def plain_lines(queries, results, c):
-    return [json.dumps(row, ensure_ascii=False) for row in retrieval_rows(queries, results, c)]
+    lines = RetrievalLines(c)
+    return [json.dumps(lines.row(q, r), ensure_ascii=False) for q, r in zip(queries, results)]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -59,21 +60,6 @@ def test_lines_equal_json_dumps_of_the_rows(seed):
     results = [random_result(rng, q.id, len(c)) for q in queries]
     ours = list(RetrievalLines(c).lines(queries, results))
     assert ours == plain_lines(queries, results, c)
-    # the checkpoint line of a block, its read-back, and the lines from the block's score texts
-    for start in (0, 7, 256):
-        block = checkpoint_block(start, results)
-        assert block.text == json.dumps({"start": start, "rows": [checkpoint_row(r) for r in results]}, ensure_ascii=False)
-        assert_read_back(block)
-        assert list(RetrievalLines(c).lines(queries, block.results, block.score_texts)) == ours
-
-
-def assert_read_back(block):
-    """The block's results are what json.loads of its line gives back, value for value and type for type."""
-    want = [result_of_checkpoint_row(r) for r in json.loads(block.text)["rows"]]
-    assert [(r.query_id, r.ranked, r.scores, r.details) for r in block.results] == \
-        [(r.query_id, r.ranked, r.scores, r.details) for r in want]
-    assert [list(map(type, r.ranked + r.scores)) for r in block.results] == [list(map(type, r.ranked + r.scores)) for r in want]
-    assert repr([r.details for r in block.results]) == repr([r.details for r in want])  # lists, not tuples
 
 
 def test_values_the_fast_path_hands_to_json_dumps():
@@ -94,20 +80,14 @@ def test_values_the_fast_path_hands_to_json_dumps():
             for qid in ("q", 7, ("a", 1)):
                 r = RetrievalResult(qid, list(range(len(scores))), scores, details)
                 assert RetrievalLines(c).line(q, r) == plain_lines([q], [r], c)[0]
-                block = checkpoint_block(3, [r])
-                assert block.text == json.dumps({"start": 3, "rows": [checkpoint_row(r)]}, ensure_ascii=False)
-                if not any(isinstance(s, float) and math.isnan(s) for s in scores):  # NaN != NaN
-                    assert_read_back(block)
     for bad in ([np.float32(0.5)], [np.int64(1)]):  # not JSON: both ways refuse
         r = RetrievalResult("q", [0], bad, {})
         with pytest.raises(TypeError):
-            json.dumps(checkpoint_row(r))
+            plain_lines([q], [r], c)
         with pytest.raises(TypeError):
-            checkpoint_block(0, [r])
+            RetrievalLines(c).line(q, r)
     r = RetrievalResult("q", [np.int64(0)], [0.5], {})  # a numpy index: retrieval.jsonl does not write it
     assert RetrievalLines(c).line(q, r) == plain_lines([q], [r], c)[0]
-    with pytest.raises(TypeError):
-        checkpoint_block(0, [r])
     assert [float_text(x) for x in (math.nan, math.inf, -math.inf, 0.1)] == [json.dumps(x) for x in (math.nan, math.inf, -math.inf, 0.1)]
 
 
@@ -116,24 +96,56 @@ def test_written_files_equal_the_plain_writers(tmp_path):
     c = corpus(rng)
     queries = [Query(id=f"q{i}", question=f"question {AWKWARD[i % 7]}", gold_passages=[]) for i in range(12)]
     results = [random_result(rng, q.id, len(c)) for q in queries]
-    write_retrieval_jsonl(tmp_path / "fast.jsonl", queries, results, c)
-    atomicio.write_jsonl(tmp_path / "plain.jsonl", retrieval_rows(queries, results, c))
-    assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "plain.jsonl").read_bytes()
-    # the checkpoint: header + one line per block, read back as the values written
-    ids = [q.id for q in queries]
-    ckpt = RetrievalCheckpoint(tmp_path / "partial.jsonl", "key", ids, 5)
-    back = [r for s in range(0, 12, 5) for r in ckpt.append(s, results[s : s + 5])]
-    ckpt.close()
-    log = atomicio.CheckpointLog(tmp_path / "plain_partial.jsonl", ckpt._header())
+    write_results(tmp_path, queries, results, c)
+    atomicio.write_lines(tmp_path / "plain.jsonl", plain_lines(queries, results, c))
+    plain = (tmp_path / "plain.jsonl").read_bytes()
+    assert (tmp_path / "retrieval.jsonl").read_bytes() == plain
+    # appended block by block: the same bytes, read back as the values written
+    run = tmp_path / "run"
+    out = RetrievalFile(run, "key", queries, c, 5)
+    assert out.resume() == []
     for s in range(0, 12, 5):
-        log.write({"start": s, "rows": [checkpoint_row(r) for r in results[s : s + 5]]})
-    log.close()
-    assert (tmp_path / "partial.jsonl").read_bytes() == (tmp_path / "plain_partial.jsonl").read_bytes()
-    assert [(r.query_id, r.ranked, r.scores, r.details) for r in back] == \
+        out.append(s, results[s : s + 5])
+    out.close()
+    assert (run / "retrieval.jsonl").read_bytes() == plain
+    again = RetrievalFile(run, "key", queries, c, 5).resume()
+    assert [(r.query_id, r.ranked, r.scores, r.details) for r in again] == \
         [(r.query_id, r.ranked, r.scores, json.loads(json.dumps(r.details))) for r in results]
-    again = RetrievalCheckpoint(tmp_path / "partial.jsonl", "key", ids, 5)
-    assert again.resume() == 12
-    assert [(r.ranked, r.scores, r.details) for r in again.results] == [(r.ranked, r.scores, r.details) for r in back]
+    assert (run / "retrieval.jsonl").read_bytes() == plain
+
+
+def test_resume_keeps_whole_blocks_and_starts_over_on_another_key(tmp_path):
+    rng = np.random.default_rng(4)
+    c = corpus(rng)
+    queries = [Query(id=f"q{i}", question="?", gold_passages=[]) for i in range(8)]
+    results = [random_result(rng, q.id, len(c)) for q in queries]
+    out = RetrievalFile(tmp_path, "K", queries, c, 3)
+    out.resume()
+    for s in range(0, 8, 3):
+        out.append(s, results[s : s + 3])
+    out.close()
+    full = (tmp_path / "retrieval.jsonl").read_bytes()
+    lines = full.split(b"\n")
+    # killed halfway through the third block's write (two of its lines, or a torn one): blocks 1-2 stay
+    for tail in (lines[6][:20], lines[6] + b"\n"):
+        (tmp_path / "retrieval.jsonl").write_bytes(b"\n".join(lines[:6]) + b"\n" + tail)
+        back = RetrievalFile(tmp_path, "K", queries, c, 3).resume()
+        assert [r.query_id for r in back] == [q.id for q in queries[:6]]
+        assert (tmp_path / "retrieval.jsonl").read_bytes() == b"\n".join(lines[:6]) + b"\n"
+    # half of block 2 only: block 1 stays
+    (tmp_path / "retrieval.jsonl").write_bytes(b"\n".join(lines[:4]) + b"\n")
+    assert len(RetrievalFile(tmp_path, "K", queries, c, 3).resume()) == 3
+    # other settings, other questions, or no key: started over
+    (tmp_path / "retrieval.jsonl").write_bytes(full)
+    assert RetrievalFile(tmp_path, "OTHER", queries, c, 3).resume() == []
+    assert not (tmp_path / "retrieval.jsonl").exists()
+    (tmp_path / "retrieval.jsonl").write_bytes(full)
+    assert RetrievalFile(tmp_path, "OTHER", queries[:5], c, 3).resume() == []
+    out = RetrievalFile(tmp_path, "K", queries, c, 3)
+    out.resume()
+    (tmp_path / "retrieval.jsonl").write_bytes(full)
+    out.complete()  # a finished run: the key is gone, a rerun starts over
+    assert RetrievalFile(tmp_path, "K", queries, c, 3).resume() == []
 
 
 def magnitudes(rng, n):
@@ -153,14 +165,13 @@ def magnitudes(rng, n):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_score_texts_are_json_texts_at_every_magnitude(seed, monkeypatch):
-    """The fast float texts (orjson's digits, re-laid out where repr differs) and int list
-    texts equal json's, with and without orjson."""
+    """The fast float texts (orjson's digits, re-laid out where repr differs) equal
+    json's, with and without orjson."""
     from hipporag2 import result_lines as rl
 
     rng = np.random.default_rng(100 + seed)
     xs = magnitudes(rng, 200_000)
     want = [json.dumps(x) for x in xs]
-    ints = rng.integers(-2**62, 2**62, size=1000).tolist() + [2**63 - 1, -(2**63)]
     for fast in (True, False):
         if not fast:
             monkeypatch.setattr(rl, "_orjson", lambda: None)
@@ -172,9 +183,6 @@ def test_score_texts_are_json_texts_at_every_magnitude(seed, monkeypatch):
             assert texts == want[a : a + 997]
             assert joined == json.dumps(part)
             assert rl._float_texts(part) == texts
-        assert rl._int_list_text(ints) == json.dumps(ints)
-        assert rl._int_list_text([2**70, 1]) == json.dumps([2**70, 1])  # beyond orjson's 64 bits
-        assert rl._int_list_text([1, True]) is None
         assert rl._finite_float_texts([0.5, math.nan]) is None and rl._finite_float_texts([math.inf]) is None
         assert rl._float_texts([0.5, math.nan, -math.inf]) == ["0.5", "NaN", "-Infinity"]
         assert rl._finite_float_texts([]) == ([], "[]")

@@ -5,6 +5,7 @@ report finds the expected numbers. The venv sees the shared environment's packag
 (numpy, hydra, ...) through a path line, not its `.pth` hooks, so the checkout's
 editable install cannot stand in for the wheel."""
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -38,8 +39,13 @@ def wheel_venv(tmp_path_factory):
     for mod in ("setuptools", "wheel"):
         pytest.importorskip(mod, reason=f"building the wheel needs {mod}")
     root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"  # a copy: building in place would leave build/ and egg-info in the checkout
+    shutil.copytree(REPO / "hipporag2", src / "hipporag2", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO / name).is_file():
+            shutil.copy(REPO / name, src / name)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(root / "dist"), str(REPO)], capture_output=True, text=True, cwd=root)
+                            "-w", str(root / "dist"), str(src)], capture_output=True, text=True, cwd=root)
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = (root / "dist").glob("hipporag2-*.whl")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -195,7 +195,7 @@ def compare_main(paths: Sequence[str], k: int, out: Optional[Path], name: Option
     import sys
 
     from hipporag2 import atomicio
-    from hipporag2.report.runs import mixed_data
+    from hipporag2.report.runs import mixed_data, mixed_semantics
     from hipporag2.report.perquery import GoldUnavailable
     from hipporag2.report.runs import load_run
 
@@ -207,6 +207,9 @@ def compare_main(paths: Sequence[str], k: int, out: Optional[Path], name: Option
     except FileNotFoundError as e:
         print(f"error: {e.filename}: not there (a run folder has a metrics.json)", file=sys.stderr)
         return 2
+    warning = mixed_semantics(runs)
+    if warning:
+        print(warning, file=sys.stderr)
     problems = mixed_data(runs)
     if problems and not allow_mixed_data:
         print("error: the runs read different data: " + "; ".join(problems), file=sys.stderr)

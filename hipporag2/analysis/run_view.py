@@ -164,7 +164,7 @@ def open_run(run_dir: Path | str, cfg: Optional[Config] = None) -> RunView:
     `cfg`: the run's Config, for callers that ran it in-process (a run made through
     the library has no `.hydra/` folder); by default it is read from `.hydra/`."""
     from hipporag2.data.loaders import load_corpus, load_queries
-    from hipporag2.pipeline import dataset_paths
+    from hipporag2.stages import dataset_paths
     from hipporag2.stagekeys import file_digest
 
     run_dir = Path(run_dir)

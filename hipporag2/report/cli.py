@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from hipporag2.report.reference import FAIL, OK, OKISH, Reference, check_run, default_references, load_reference, worst
-from hipporag2.report.runs import Run, load_runs, mixed_data
+from hipporag2.report.runs import Run, load_runs, mixed_data, mixed_semantics
 from hipporag2.report.tables import KINDS, Context, auto_kind, build
 
 
@@ -88,6 +88,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     if args.check:
         refs = ([paper] if paper else []) + list(ours)
         return run_check(runs, refs)
+    warning = mixed_semantics(runs)
+    if warning:
+        print(warning, file=sys.stderr)
     problems = mixed_data(runs)
     if problems and not args.allow_mixed_data:
         print("error: refusing to put runs on different data side by side (use --allow-mixed-data to override):", file=sys.stderr)

@@ -1,8 +1,9 @@
 """Run directories as the report sees them: metrics, resolved settings, the command.
 
-A run directory is any folder with a `metrics.json` (written by `hipporag2.pipeline`);
-its `.hydra/` folder gives the composed config, the command-line overrides and the
-working directory the run was started from (relative data paths are relative to it).
+A run directory is any folder with a `metrics.json` (written by `hipporag2.run_files.write_run`
+for a run and each sweep point); its "run" record gives the composed config, the
+command-line overrides and the working directory the run was started from (relative
+data paths are relative to it). Older folders give them in Hydra's `.hydra/`.
 """
 from __future__ import annotations
 
@@ -133,17 +134,25 @@ class Run:
 
 
 def load_run(path: Path | str) -> Run:
+    """A run folder: metrics.json's "run" record (`run_files.write_run`) gives the
+    config, overrides and working directory; folders written before it had one give
+    them in Hydra's `.hydra/`."""
     path = Path(path)
     metrics = json.loads((path / "metrics.json").read_text())
+    record = metrics.pop("run", None)
     hydra_dir = path / ".hydra"
     config: Dict[str, Any] = {}
     overrides: List[str] = []
     cwd = None
-    if (hydra_dir / "config.yaml").is_file():
+    if isinstance(record, dict):
+        config = _flatten(record.get("config") or {})
+        overrides = [str(o) for o in record.get("overrides") or []]
+        cwd = record.get("cwd")
+    elif (hydra_dir / "config.yaml").is_file():
         config = _resolve_config(hydra_dir / "config.yaml")
-    if (hydra_dir / "overrides.yaml").is_file():
+    if record is None and (hydra_dir / "overrides.yaml").is_file():
         overrides = [str(o) for o in (yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or [])]
-    if (hydra_dir / "hydra.yaml").is_file():
+    if record is None and (hydra_dir / "hydra.yaml").is_file():
         h = yaml.safe_load((hydra_dir / "hydra.yaml").read_text()) or {}
         cwd = ((h.get("hydra") or {}).get("runtime") or {}).get("cwd")
     stats = None
@@ -188,3 +197,17 @@ def mixed_data(runs: Sequence[Run]) -> List[str]:
                 detail = "; ".join(f"{h}: {len(p)} run(s), e.g. {p[0]}" for h, p in hashes.items())
                 problems.append(f"dataset {ds}: {name} differs between runs ({detail})")
     return problems
+
+
+def mixed_semantics(runs: Sequence[Run]) -> Optional[str]:
+    """A warning when the runs were made under different retrieval-semantics versions
+    (metrics.json "retrieval_semantics", bumped when a change can move a ranking; a run
+    without one predates the versioning): their differences may come from the code,
+    not the settings."""
+    versions: Dict[str, List[str]] = {}
+    for r in runs:
+        versions.setdefault(str(r.metrics.get("retrieval_semantics", "none (before versioning)")), []).append(str(r.path))
+    if len(versions) < 2:
+        return None
+    detail = "; ".join(f"{v}: {len(p)} run(s), e.g. {p[0]}" for v, p in sorted(versions.items()))
+    return f"warning: these runs were made under different retrieval semantics ({detail}); rankings may differ by code, not settings"
