@@ -148,11 +148,10 @@ class TimedSolver:
 
 def run_block(retriever, block, out_file, lines):
     """`GraphRetriever.retrieve` for one block, stage by stage (the same calls it makes,
-    inside the same `long_lived_frozen`), then what `pipeline` writes for it: the
-    checkpoint line (encoded and read back; not written) and the retrieval.jsonl lines
-    (`lines`: a `result_lines.RetrievalLines` of the corpus)."""
+    inside the same `long_lived_frozen`), then what a run writes for it: its
+    retrieval.jsonl lines (`lines`: a `result_lines.RetrievalLines` of the corpus),
+    which are also the retrieval checkpoint (`run_files.RetrievalFile`)."""
     from hipporag2.gc_pause import long_lived_frozen
-    from hipporag2.result_lines import checkpoint_block
     from hipporag2.retrieve.graph_retriever import dense_scores, query_result
 
     t = {}
@@ -167,8 +166,7 @@ def run_block(retriever, block, out_file, lines):
         results = [ranked.get(r) or query_result(q.id, links[r], retriever.index, None, dense[r], retriever.cfg.retrieval_top_k)
                    for r, q in enumerate(block)]
         c3 = time.perf_counter()
-        ckpt = checkpoint_block(0, results)
-        for line in lines.lines(block, ckpt.results, ckpt.score_texts):
+        for line in lines.lines(block, results):
             out_file.write(line + "\n")
         out_file.flush()
         c4 = time.perf_counter()

@@ -8,13 +8,15 @@ nothing is written into it when both trees share its preparation's format). Each
 is a fresh child process that loads the index as a run does, sets up the batched
 retriever and answers `--queries` synthetic queries in blocks of 256 (encoding
 excluded: `QueryVectors`), timing each block by stage, the way `GraphRetriever.retrieve`
-and `pipeline.retrieve_checkpointed` run them:
+and a run (`run_files.retrieve_into`; older trees `pipeline.retrieve_checkpointed`) run them:
 
 - dense scores; fact linking (scores, candidates, seeds); PPR (the solver's calls);
   resets and ranking (the rest of `_graph_results`: resets, passage ranking, results);
-- checkpoint line: `RetrievalCheckpoint.append` into a temporary retrieval.partial.jsonl
-  (encode, write, fsync, the values read back);
-- retrieval.jsonl lines: the run's final file, written from the checkpoint's results
+- checkpoint line: `RetrievalFile.append` of the block's lines to a temporary
+  retrieval.jsonl (encode, write, fsync); older trees: `RetrievalCheckpoint.append`
+  into a retrieval.partial.jsonl (encode, write, fsync, the values read back);
+- retrieval.jsonl lines: nothing more where retrieval.jsonl is the checkpoint; older
+  trees write the run's final file from the checkpoint's results
   (`pipeline.write_retrieval_jsonl` where the tree has it, else `write_jsonl` of
   `retrieval_rows`, as `pipeline._run` does in that tree);
 - whole block, inside `gc_pause.long_lived_frozen` where the tree has it (as its
@@ -94,7 +96,13 @@ def child(index_dir: str, n_queries: int) -> dict:
 
     gc.callbacks.append(count)
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = pipeline.RetrievalCheckpoint(Path(tmp) / "retrieval.partial.jsonl", "bench", [q.id for q in queries], BLOCK)
+        if hasattr(pipeline, "RetrievalCheckpoint"):
+            ckpt = pipeline.RetrievalCheckpoint(Path(tmp) / "retrieval.partial.jsonl", "bench", [q.id for q in queries], BLOCK)
+        else:  # retrieval.jsonl is the checkpoint
+            from hipporag2.run_files import RetrievalFile
+
+            ckpt = RetrievalFile(Path(tmp), "bench", queries, corpus, BLOCK)
+            ckpt.resume()
         for s in range(0, n_queries, BLOCK):
             block = queries[s : s + BLOCK]
             qs = [q.question for q in block]
@@ -125,7 +133,9 @@ def child(index_dir: str, n_queries: int) -> dict:
         # the final file, as pipeline._run writes it; timed as a whole, shared out per block
         with long_lived_frozen():
             t0, c0 = time.perf_counter(), time.process_time()
-            if hasattr(pipeline, "write_retrieval_jsonl"):
+            if not hasattr(pipeline, "RetrievalCheckpoint"):
+                pass  # written block by block above
+            elif hasattr(pipeline, "write_retrieval_jsonl"):
                 pipeline.write_retrieval_jsonl(out, queries, ckpt.results, corpus, getattr(ckpt, "score_texts", None))
             else:
                 pipeline.write_jsonl(out, pipeline.retrieval_rows(queries, ckpt.results, corpus))

@@ -36,6 +36,8 @@ from pathlib import Path
 
 # (module, attribute, class or None): the parts timed inside a run
 PARTS = (
+    ("hipporag2.stages", "get_openie", None),  # trees before the stages module: hipporag2.pipeline
+    ("hipporag2.stages", "load_index", None),
     ("hipporag2.pipeline", "get_openie", None),
     ("hipporag2.pipeline", "load_index", None),
     ("hipporag2.retrieve.graph_retriever", "__init__", "GraphRetriever"),
@@ -45,7 +47,8 @@ PARTS = (
     ("hipporag2.retrieve.graph_retriever", "_graph_results", "GraphRetriever"),
     ("hipporag2.retrieve.graph_retriever", "query_result", None),
     ("hipporag2.retrieve.graph_retriever", "reset_rows", None),
-    ("hipporag2.pipeline", "checkpoint_block", None),
+    ("hipporag2.run_files", "append", "RetrievalFile"),  # retrieval.jsonl, block by block
+    ("hipporag2.pipeline", "checkpoint_block", None),  # older trees: checkpoint, then the final file
     ("hipporag2.pipeline", "write_retrieval_jsonl", None),
 )
 STAGES = ("openie", "index_load", "retrieval_setup", "retrieval")
@@ -59,9 +62,14 @@ def child(argv) -> None:
     timers, gc_cpu, current = {}, [0.0], []
 
     def wrap(modname, attr, owner):
-        obj = importlib.import_module(modname)
-        obj = getattr(obj, owner) if owner else obj
-        f = getattr(obj, attr)
+        try:  # a part this tree does not have is not timed
+            obj = importlib.import_module(modname)
+            obj = getattr(obj, owner) if owner else obj
+            f = getattr(obj, attr)
+        except (ImportError, AttributeError):
+            return
+        if modname == "hipporag2.pipeline" and getattr(f, "__module__", modname) != modname:
+            return  # re-exported from hipporag2.stages: timed there
         label = f"{owner or modname.rsplit('.', 1)[-1]}.{attr}"
 
         def timed(*a, **k):

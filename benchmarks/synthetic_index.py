@@ -4,7 +4,7 @@
 alone; timing a whole query (fact linking, seeds, PPR, ranking) and the index build
 needs everything the retriever reads: passages, phrases, facts, the node
 specificity table and embeddings. This module makes OpenIE-like triples and 384-d
-embeddings and runs the real stages on them (`index_content`, `synonym_arrays`,
+embeddings and runs the real stages on them (`clean_passage` + `content_of`, `synonym_arrays`,
 `build_edges`), so the synonym edges come from a real thresholded KNN over phrase
 embeddings that cluster the way surface variants of one entity do (about a dozen
 phrases around one centre), not from random pairs.
@@ -27,7 +27,7 @@ import numpy as np
 
 from hipporag2.config import GraphConfig
 from hipporag2.data.loaders import Query
-from hipporag2.graph.build import build_edges, index_content
+from hipporag2.graph.build import build_edges, clean_passage, content_of
 from hipporag2.graph.store import Index
 from hipporag2.graph.synonyms import synonym_arrays
 
@@ -114,7 +114,7 @@ def build_synthetic_index(scale: float, seed: int = 0, block_size: int = 1024, t
     rng = np.random.default_rng(seed + 7)
     passages, raw, names, phrase_vec = timed.run("synthetic OpenIE (not a stage of ours)", synthetic_openie, scale, seed)
     cfg = GraphConfig(knn_block_size=block_size)
-    content = timed.run("triples -> phrases, facts", index_content, passages, raw, cfg)
+    content = timed.run("triples -> phrases, facts", lambda: content_of(passages, [clean_passage(t, cfg) for t in raw]))
     by_name = {n: i for i, n in enumerate(names)}
     order = np.array([by_name[p] for p in content.phrases], dtype=np.int64)
 

@@ -16,7 +16,7 @@ import pytest
 
 from hipporag2.analysis import errors as E
 from hipporag2.config import GraphConfig
-from hipporag2.graph.build import build_edges, index_content
+from hipporag2.graph.build import build_edges, clean_passage, content_of
 from hipporag2.graph.store import Index
 
 P = ["Alice\nAlice was born in Paris.", "Paris\nParis is the capital of France.", "Bob\nBob lives in Berlin.",
@@ -34,7 +34,7 @@ GERMANY = ("germany", "borders", "france")
 @pytest.fixture(scope="module")
 def clf():
     cfg = GraphConfig(synonym_edges=False)
-    content = index_content(P, T, cfg)
+    content = content_of(P, [clean_passage(t, cfg) for t in T])
     edges, stats = build_edges(content, None, cfg)
     z = np.zeros((0, 4), np.float32)
     index = Index(P, [p.split("\n")[0] for p in P], list(range(4)), content.phrases, content.facts,

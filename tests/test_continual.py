@@ -12,7 +12,7 @@ from hipporag2.config import ConfigError, GraphConfig
 from hipporag2.continual import passage_segments, query_segments
 from hipporag2.data.loaders import load_corpus, load_queries
 from hipporag2.embed.store import text_key
-from hipporag2.graph.build import index_content
+from hipporag2.graph.build import clean_passage, content_of
 from hipporag2.pipeline import run
 from hipporag2.text import fact_string
 
@@ -106,7 +106,7 @@ def _expected_keys(data_dir, k, n=4):
     seg = passage_segments(len(corpus), n)
     passages = [p for p, s in zip(corpus.strings, seg) if s < k]
     triples = [PASSAGES[i][2] for i, s in enumerate(seg) if s < k]
-    content = index_content(passages, triples, GraphConfig())
+    content = content_of(passages, [clean_passage(t, GraphConfig()) for t in triples])
     qs = [q.question for q, s in zip(queries, query_segments(queries, corpus, n)) if s < k]
     texts = passages + content.phrases + [fact_string(f) for f in content.facts] + qs
     return {text_key(t) for t in texts}

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from hipporag2.config import GraphConfig
-from hipporag2.graph.build import CONTEXT, RELATION, SYNONYM, build_edges, index_content
+from hipporag2.graph.build import CONTEXT, RELATION, SYNONYM, build_edges, clean_passage, content_of
 from hipporag2.graph.synonyms import synonym_pairs
 from hipporag2.graph.triples import TripleStats, clean_triples
 from hipporag2.text import normalise_phrase, passage_id, phrase_id
@@ -40,7 +40,7 @@ def test_relation_edges_are_doubled_and_counted_context_edges_weight_one():
     passages = ["P0\ntext", "P1\ntext"]
     raw = [[["Alice", "knows", "Bob"], ["alice", "likes", "bob"], ["Bob", "is", "Bob"]], [["Alice", "met", "Carol"]]]
     cfg = GraphConfig(synonym_edges=False)
-    content = index_content(passages, raw, cfg)
+    content = content_of(passages, [clean_passage(t, cfg) for t in raw])
     assert content.phrases == ["alice", "bob", "carol"]  # sorted by text
     assert content.phrase_passages == [[0, 1], [0], [1]]
     edges, stats = build_edges(content, None, cfg)
@@ -57,7 +57,7 @@ def test_relation_edges_are_doubled_and_counted_context_edges_weight_one():
 
 
 def test_edge_doubling_switch_gives_one_edge_per_pair():
-    content = index_content(["P\nt"], [[["a", "r", "b"], ["b", "s", "a"]]], GraphConfig())
+    content = content_of(["P\nt"], [clean_passage(t, GraphConfig()) for t in [[["a", "r", "b"], ["b", "s", "a"]]]])
     edges, stats = build_edges(content, None, GraphConfig(double_edges=False, synonym_edges=False))
     pairs = _edges_by_pair(edges)
     assert pairs[(0, 1)] == [(2.0, RELATION)] and (1, 0) not in pairs
@@ -102,7 +102,7 @@ def test_synonym_neighbour_cap_and_block_independence():
 
 
 def test_synonym_score_replaces_relation_weight_of_the_same_ordered_pair():
-    content = index_content(["P\nt"], [[["alpha", "r", "alphas"], ["alpha", "r", "beta"]]], GraphConfig())
+    content = content_of(["P\nt"], [clean_passage(t, GraphConfig()) for t in [[["alpha", "r", "alphas"], ["alpha", "r", "beta"]]]])
     emb = _unit([[1, 0], [1, 0.1], [0, 1]])  # alpha ~ alphas
     edges, stats = build_edges(content, emb, GraphConfig())
     pairs = _edges_by_pair(edges)
@@ -118,7 +118,7 @@ def test_synonym_score_replaces_relation_weight_of_the_same_ordered_pair():
 
 
 def test_passage_without_triples_is_an_isolated_vertex():
-    content = index_content(["A\nx", "B\ny"], [[["a", "r", "b"]], []], GraphConfig())
+    content = content_of(["A\nx", "B\ny"], [clean_passage(t, GraphConfig()) for t in [[["a", "r", "b"]], []]])
     edges, stats = build_edges(content, None, GraphConfig(synonym_edges=False))
     assert stats.passages_without_triples == 1 and stats.isolated_vertices == 1
     assert edges.n_vertices == 4
@@ -160,7 +160,7 @@ def test_array_edge_map_equals_the_dict_edge_map(double, overwrite):
     words = [f"w{i}" for i in range(40)] + ["a"]
     raw = [[[words[rng.integers(0, 41)], "r", words[rng.integers(0, 41)]] for _ in range(rng.integers(0, 8))] for _ in range(30)]
     cfg = GraphConfig(double_edges=double, synonym_overwrites_relation=overwrite)
-    content = index_content([f"P{i}\nt" for i in range(30)], raw, cfg)
+    content = content_of([f"P{i}\nt" for i in range(30)], [clean_passage(t, cfg) for t in raw])
     emb = _unit(rng.normal(size=(1, 6)) + 0.5 * rng.normal(size=(len(content.phrases), 6)))
     pairs = synonym_pairs(content.phrases, emb, threshold=0.6)
     edges, stats = build_edges(content, emb, cfg, synonyms=pairs)

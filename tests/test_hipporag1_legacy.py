@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hipporag2.config import GraphConfig, RetrievalConfig
-from hipporag2.graph.build import CONTEXT, build_edges, index_content
+from hipporag2.graph.build import CONTEXT, build_edges, clean_passage, content_of
 from hipporag2.graph.store import Index
 from hipporag2.retrieve.graph_retriever import (
     GraphRetriever,
@@ -103,7 +103,7 @@ def oracle_rank(index: Index, chunk_triples, entities: Sequence[str], phrase_emb
 
 def _content_index(passages, triples, emb=None):
     cfg = GraphConfig(synonym_edges=False)
-    content = index_content(passages, triples, cfg)
+    content = content_of(passages, [clean_passage(t, cfg) for t in triples])
     edges, stats = build_edges(content, None, cfg)
     if emb is None:
         z = np.zeros((0, 4), np.float32)
@@ -320,7 +320,7 @@ def test_legacy_scoring_on_the_shared_set_matches_the_oracle(shared_data, musiqu
     # each passage's triples straight from the OpenIE file (cleaned as the index cleans
     # them), not from the index's passage -> fact table under test
     by_passage = {d["passage"]: d["extracted_triples"] for d in json.loads(MUSIQUE_OPENIE.read_text())["docs"]}
-    chunk_triples = index_content(index.passages, [by_passage.get(p, []) for p in index.passages], cfg.graph).chunk_triples
+    chunk_triples = content_of(index.passages, [clean_passage(by_passage.get(p, []), cfg.graph) for p in index.passages]).chunk_triples
     retriever = GraphRetriever(index, store, cfg.retrieval, progress=False)
     results = retriever.retrieve(queries)
     differ_from_spec = 0

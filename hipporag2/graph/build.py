@@ -178,11 +178,6 @@ def extend_content(old: IndexContent, passages: Sequence[str], cleaned: Sequence
     return content, old_to_new
 
 
-def index_content(passages: Sequence[str], raw_triples: Sequence[Sequence], cfg: GraphConfig) -> IndexContent:
-    """raw_triples[i] are passage i's triples exactly as extracted."""
-    return content_of(passages, [clean_passage(raw, cfg) for raw in raw_triples])
-
-
 @dataclass
 class GraphEdges:
     """Undirected weighted multigraph in vertex indices, with each edge's type."""
