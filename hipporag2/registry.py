@@ -48,6 +48,33 @@ class UnknownChoice(ConfigError):
         super().__init__(f"{registry.key}={value!r} is not one of {list(self.choices)}{hint}")
 
 
+@dataclass(frozen=True)
+class Interface:
+    """What every implementation of a family must be: the attributes it must have
+    (methods of a class, or of the object a builder returns is the caller's business),
+    and for a callable, the names of its leading parameters in order. Checked when a
+    choice is loaded, before it is used, and for every choice by tests/test_registry.py,
+    so a registration that does not fit its family fails one test, not a run."""
+
+    params: Tuple[str, ...] = ()
+    attrs: Tuple[str, ...] = ()
+
+    def problems(self, obj: Any) -> List[str]:
+        out = [f"has no {a!r}" for a in self.attrs if not callable(getattr(obj, a, None))]
+        if self.params:
+            import inspect
+
+            if not callable(obj):
+                return out + ["is not callable"]
+            try:
+                names = list(inspect.signature(obj).parameters)
+            except (TypeError, ValueError):
+                return out
+            if tuple(names[: len(self.params)]) != self.params:
+                out.append(f"takes ({', '.join(names)}), the family calls it with ({', '.join(self.params)})")
+        return out
+
+
 @dataclass
 class Registry:
     """The choices of one family, keyed by the config field that selects one."""
@@ -55,6 +82,7 @@ class Registry:
     family: str
     key: str  # dotted config key, e.g. "retrieval.ppr_solver"; "" for a non-config family
     doc: str
+    interface: Optional[Interface] = None
     # Values accepted besides the registered names (e.g. None for an optional field,
     # or a file path where a name or a path is allowed): a predicate on the value.
     also_accepts: Optional[Callable[[Any], bool]] = None
@@ -64,6 +92,8 @@ class Registry:
     def register(self, name: str, target: Optional[str] = None, summary: str = "", needs: Iterable[str] = ()) -> Choice:
         if name in self._choices:
             raise ValueError(f"{self.family}: {name!r} is registered twice")
+        if self.interface is not None and (not target or ":" not in target):
+            raise ValueError(f"{self.family}: {name!r} needs an implementation 'module:attribute' (the family has an interface)")
         choice = Choice(name, target, summary, frozenset(needs))
         self._choices[name] = choice
         return choice
@@ -109,6 +139,10 @@ class Registry:
         obj = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
+        if self.interface is not None:
+            problems = self.interface.problems(obj)
+            if problems:
+                raise TypeError(f"{self.family} {name!r} ({choice.target}) does not fit the family: " + "; ".join(problems))
         return obj
 
 
@@ -167,7 +201,8 @@ LLM_BACKENDS.register("openai", "hipporag2.llm.openai_backend:OpenAILLM",
 LLM_BACKENDS.register("vllm", "hipporag2.llm.vllm_backend:VLLMBackend",
                       "vLLM offline engine (tensor parallel; CPU build: make setup-vllm)")
 
-RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).")
+RETRIEVERS = family("retrievers", "retrieval.method", "The retrieval method (configs/retrieval/*.yaml pick one and its settings).",
+                    interface=Interface(params=("parts",)))
 # Targets are builders taking `hipporag2.retrieve.factory.RetrieverParts`.
 RETRIEVERS.register("hipporag2", "hipporag2.retrieve.factory:graph_retriever",
                     "HippoRAG 2: linking, optional recognition memory, PPR over phrases and passages", needs=("graph", "encoder"))
@@ -190,9 +225,10 @@ LINKING.register("query_to_triple", None, "query embedding against fact embeddin
 LINKING.register("ner_to_node", None, "LLM NER on the query, each entity to its nearest phrase (needs an LLM)")
 LINKING.register("query_to_node", None, "query embedding against phrase embeddings")
 
-FILTERS = family("filters", "retrieval.filter", "Recognition memory over the candidate facts.")
-FILTERS.register("llm", "hipporag2.retrieve.filter_llm:build_filter", "an LLM keeps the relevant candidates (DSPy program prompt)")
-FILTERS.register("none", "hipporag2.retrieve.base:NoFilter", "ablation: keep every candidate")
+FILTERS = family("filters", "retrieval.filter", "Recognition memory over the candidate facts.",
+                 interface=Interface(params=("cfg", "llm")))  # builders: (Config, LazyLLM) -> a FactFilter
+FILTERS.register("llm", "hipporag2.retrieve.filter_llm:llm_filter", "an LLM keeps the relevant candidates (DSPy program prompt)")
+FILTERS.register("none", "hipporag2.retrieve.base:no_filter", "ablation: keep every candidate")
 
 FILTER_PROGRAMS = family(
     "filter_programs", "retrieval.filter_program", "The LLM filter's saved DSPy program (docs/llm_stages.md).",
@@ -204,7 +240,8 @@ FILTER_PROGRAMS.register("reference", "hipporag2.retrieve.filter_program:referen
 FILTER_PROGRAMS.register("own", "hipporag2.retrieve.filter_program:own_program",
                          "our untuned 3-demo program (hipporag2/resources/filter_program.json), for the CPU demo")
 
-FILTER_PARSERS = family("filter_parsers", "retrieval.filter_parse", "How the LLM filter's reply is read and mapped to candidates (docs/quirks.md).")
+FILTER_PARSERS = family("filter_parsers", "retrieval.filter_parse", "How the LLM filter's reply is read and mapped to candidates (docs/quirks.md).",
+                        interface=Interface(attrs=("select",)))
 FILTER_PARSERS.register("reference", "hipporag2.retrieve.filter_parse:REFERENCE_READER",
                         "the reference's parser and closest-candidate rule; an unreadable reply keeps nothing (dense fallback)")
 FILTER_PARSERS.register("lenient", "hipporag2.retrieve.filter_parse:LENIENT_READER",
@@ -226,7 +263,8 @@ OPENIE_PARSERS.register("reference", "hipporag2.openie.parse_reference:READER",
 OPENIE_PARSERS.register("lenient", "hipporag2.openie.parse:LENIENT_READER",
                         "code fences, Python style, bare lists, renamed keys, truncation repair at any cut")
 
-QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.")
+QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.",
+                           interface=Interface(params=("text",)))
 QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_reference",
                            "as the reference: the text between the first `Answer:` and the next, else the whole reply")
 QA_ANSWER_MARKERS.register("last", "hipporag2.qa.reader:extract_answer",
@@ -244,7 +282,8 @@ SEGMENT_QUERIES = family("segment_queries", "dataset.segment_queries", "Continua
 SEGMENT_QUERIES.register("indexed", None, "questions whose gold passages are all in the indexed segments")
 SEGMENT_QUERIES.register("all", None, "every question")
 
-REPORT_TABLES = family("report_tables", "", "Layouts of `hipporag2-report --table`.")
+REPORT_TABLES = family("report_tables", "", "Layouts of `hipporag2-report --table`.",
+                       interface=Interface(params=("runs", "ctx", "out_dir", "name")))
 for _name, _summary in (
     ("recall", "passage recall@k of every run"),
     ("table2", "Table 2: QA F1"),
@@ -258,9 +297,10 @@ for _name, _summary in (
     ("grid", "damping x passage_node_weight grid"),
     ("fig3", "Figure 3: continual indexing curves"),
 ):
-    REPORT_TABLES.register(_name, "hipporag2.report.tables:build", _summary)
+    REPORT_TABLES.register(_name, f"hipporag2.report.tables:layout_{_name}", _summary)
 
-ANALYSES = family("analyses", "", "What `hipporag2-analyze`, `hipporag2-explain` and `hipporag2-report --compare` write from a run folder.")
+ANALYSES = family("analyses", "", "What `hipporag2-analyze`, `hipporag2-explain` and `hipporag2-report --compare` write from a run folder.",
+                  interface=Interface(attrs=("__call__",)))
 ANALYSES.register("errors", "hipporag2.analysis.analyze:write_analysis",
                   "Appendix E error categories of the questions with recall@k < 1 (errors.jsonl/.md/.csv)")
 ANALYSES.register("explain", "hipporag2.analysis.explain:explain_question",

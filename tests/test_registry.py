@@ -64,6 +64,35 @@ def test_implementations_load_by_name():
     assert registry.LLM_BACKENDS.load("openai").__name__ == "OpenAILLM"
 
 
+def test_every_implementation_fits_its_family_interface():
+    """Each family with an interface loads every choice through it (vLLM-free families;
+    LLM backends import their engines lazily): a builder with the wrong parameters or a
+    parser without `select` fails here, not in a run."""
+    checked = 0
+    for reg in registry.FAMILIES.values():
+        if reg.interface is None:
+            continue
+        for choice in reg:
+            reg.load(choice.name)  # raises TypeError naming what does not fit
+            checked += 1
+    assert checked >= 20
+
+
+def test_an_implementation_outside_the_interface_is_refused():
+    reg = registry.Registry("demo", "", "a family for this test", interface=registry.Interface(params=("cfg", "llm")))
+    with pytest.raises(ValueError, match="needs an implementation"):
+        reg.register("bare")
+    reg.register("wrong", "hipporag2.retrieve.filter_llm:build_filter")  # (cfg, llm) fits
+    reg.register("worse", "hipporag2.retrieve.base:NoFilter")  # a class taking nothing
+    assert reg.load("wrong")
+    with pytest.raises(TypeError, match="does not fit the family"):
+        reg.load("worse")
+    parsers = registry.Registry("demo2", "", "x", interface=registry.Interface(attrs=("select",)))
+    parsers.register("text", "hipporag2.qa.reader:extract_answer")
+    with pytest.raises(TypeError, match="has no 'select'"):
+        parsers.load("text")
+
+
 def test_report_tables_are_the_registry():
     from hipporag2.report.tables import KINDS
 

@@ -22,6 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 from hipporag2.analysis.errors import Classifier, ErrorCase, ErrorTable, error_table, flags_of, primary
 from hipporag2.analysis.run_view import RunUnavailable, RunView, open_run
 from hipporag2.evaluate.metrics import recall_at_k
+from hipporag2.registry import ANALYSES
 
 
 def classify_run(view: RunView, k: int = 5) -> Tuple[List[ErrorCase], int]:
@@ -143,7 +144,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         view = open_run(args.run)
         cmd = "hipporag2-analyze " + " ".join(sys.argv[1:] if argv is None else list(argv))
-        table = write_analysis(view, args.out or args.run, args.k, args.name, cmd)
+        table = ANALYSES.load("errors")(view, args.out or args.run, args.k, args.name, cmd)
     except RunUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -195,6 +195,7 @@ def compare_main(paths: Sequence[str], k: int, out: Optional[Path], name: Option
     import sys
 
     from hipporag2 import atomicio
+    from hipporag2.registry import ANALYSES
     from hipporag2.report.runs import mixed_data, mixed_semantics
     from hipporag2.report.perquery import GoldUnavailable
     from hipporag2.report.runs import load_run
@@ -216,7 +217,7 @@ def compare_main(paths: Sequence[str], k: int, out: Optional[Path], name: Option
         return 2
     labels = [f"{r.method} ({r.path.name})" for r in runs]
     try:
-        c = compare_runs(runs[0], runs[1], k, n_samples, *labels)
+        c = ANALYSES.load("compare")(runs[0], runs[1], k, n_samples, *labels)
     except (GoldUnavailable, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

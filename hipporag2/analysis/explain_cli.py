@@ -29,7 +29,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=Path, help="output folder (default RUN/explain)")
     p.add_argument("--top", type=int, default=5, help="passages listed by PPR mass (default 5)")
     args = p.parse_args(argv)
-    from hipporag2.analysis.explain import explain_question, explanation_text
+    from hipporag2.analysis.explain import explanation_text
+    from hipporag2.registry import ANALYSES
     from hipporag2.analysis.figure import draw_explanation
     from hipporag2 import atomicio
 
@@ -37,7 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         view = open_run(args.run)
         for qid in args.question_ids:
-            e = explain_question(view, qid, top_n=args.top)
+            e = ANALYSES.load("explain")(view, qid, top_n=args.top)
             text = explanation_text(e)
             out.mkdir(parents=True, exist_ok=True)
             atomicio.write_text(out / f"{safe_name(qid)}.txt", text)

@@ -660,39 +660,66 @@ def _dataset_col(r: Run):
     return (DATASET_ORDER.index(r.dataset) if r.dataset in DATASET_ORDER else 99, DATASET_NAMES.get(r.dataset, r.dataset))
 
 
+# The layouts of `--table`, one function each, found through the REPORT_TABLES registry
+# (hipporag2/registry.py), which checks that each takes (runs, ctx, out_dir, name).
+
+
+def layout_recall(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_recall(runs, ctx, name)
+
+
+def layout_table2(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_pivot(runs, ctx, name, "Table 2: QA F1 (Llama-3.3-70B reader, top-5 passages)", ["qa_f1"])
+
+
+def layout_table3(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_pivot(runs, ctx, name, "Table 3: passage recall@5", ["recall@5"])
+
+
+def layout_table4(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_pivot(runs, ctx, name, "Table 4: ablations, recall@5", ["recall@5"])
+
+
+def layout_table5(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_pivot(
+        runs, ctx, name, "Table 5: passage_node_weight, recall@5", ["recall@5"],
+        row_of=lambda r: (float(r.get("retrieval.passage_node_weight")), f"{float(r.get('retrieval.passage_node_weight')):g}"),
+        average=False, row_title="passage_node_weight",
+    )
+
+
+def layout_table7(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_pivot(
+        runs, ctx, name, "Table 7: retriever swap (MuSiQue), recall@5", ["recall@5"],
+        col_of=lambda r: (0 if r.get("retrieval.method") == "dense" else 1, r.method),
+        row_of=lambda r: (r.embedding, r.embedding), average=False, row_title="retriever",
+    )
+
+
+def layout_table9(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_pivot(runs, ctx, name, "Table 9: passage recall@2 / recall@5", ["recall@2", "recall@5"])
+
+
+def layout_table10(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_graph(runs, ctx, name)
+
+
+def layout_table12(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_cost(runs, ctx, name)
+
+
+def layout_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_grid(runs, ctx, out_dir, name)
+
+
+def layout_fig3(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
+    return table_continual(runs, ctx, out_dir, name)
+
+
 def build(kind: str, runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: Optional[str] = None) -> Table:
-    name = name or kind
-    if kind == "recall":
-        return table_recall(runs, ctx, name)
-    if kind == "table2":
-        return table_pivot(runs, ctx, name, "Table 2: QA F1 (Llama-3.3-70B reader, top-5 passages)", ["qa_f1"])
-    if kind == "table3":
-        return table_pivot(runs, ctx, name, "Table 3: passage recall@5", ["recall@5"])
-    if kind == "table4":
-        return table_pivot(runs, ctx, name, "Table 4: ablations, recall@5", ["recall@5"])
-    if kind == "table5":
-        return table_pivot(
-            runs, ctx, name, "Table 5: passage_node_weight, recall@5", ["recall@5"],
-            row_of=lambda r: (float(r.get("retrieval.passage_node_weight")), f"{float(r.get('retrieval.passage_node_weight')):g}"),
-            average=False, row_title="passage_node_weight",
-        )
-    if kind == "table7":
-        return table_pivot(
-            runs, ctx, name, "Table 7: retriever swap (MuSiQue), recall@5", ["recall@5"],
-            col_of=lambda r: (0 if r.get("retrieval.method") == "dense" else 1, r.method),
-            row_of=lambda r: (r.embedding, r.embedding), average=False, row_title="retriever",
-        )
-    if kind == "table9":
-        return table_pivot(runs, ctx, name, "Table 9: passage recall@2 / recall@5", ["recall@2", "recall@5"])
-    if kind == "table10":
-        return table_graph(runs, ctx, name)
-    if kind == "table12":
-        return table_cost(runs, ctx, name)
-    if kind == "grid":
-        return table_grid(runs, ctx, out_dir, name)
-    if kind == "fig3":
-        return table_continual(runs, ctx, out_dir, name)
-    raise ValueError(f"unknown table {kind!r}; choose one of {sorted(KINDS)}")
+    if kind not in REPORT_TABLES:
+        raise ValueError(f"unknown table {kind!r}; choose one of {sorted(KINDS)}")
+    return REPORT_TABLES.load(kind)(runs, ctx, out_dir, name or kind)
 
 
 KINDS = REPORT_TABLES.names()

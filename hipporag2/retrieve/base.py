@@ -33,4 +33,9 @@ class NoFilter:
         return [list(range(len(c))) for c in candidates]
 
 
+def no_filter(cfg, llm) -> NoFilter:
+    """retrieval.filter=none (registry FILTERS): no LLM is built."""
+    return NoFilter()
+
+
 

@@ -59,10 +59,10 @@ def graph_retriever(parts: RetrieverParts):
     if parts.index is None:
         raise ValueError(f"retrieval.method={cfg.retrieval.method} needs the graph index")
     fact_filter = query_ner = None
-    if cfg.retrieval.filter == "llm" and cfg.retrieval.linking == "query_to_triple":
-        from hipporag2.retrieve.filter_llm import build_filter
+    if cfg.retrieval.linking == "query_to_triple":  # the filter reads the linked facts
+        from hipporag2.registry import FILTERS
 
-        fact_filter = build_filter(cfg, parts.llm.get())
+        fact_filter = FILTERS.load(cfg.retrieval.filter)(cfg, parts.llm)
     if cfg.retrieval.linking == "ner_to_node":
         from hipporag2.openie.query_ner import build_query_ner
 

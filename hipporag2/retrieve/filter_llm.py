@@ -145,3 +145,8 @@ def build_filter(cfg, llm) -> LLMFactFilter:
     log.info("fact filter: program %s (%s, %d demos, sha256 %s), %s, replies read by the %s rule",
              program.name, program.path, len(program.demos), program.sha256[:16], f.template.source, f.reader.name)
     return f
+
+
+def llm_filter(cfg, llm) -> LLMFactFilter:
+    """retrieval.filter=llm (registry FILTERS): `llm` is the run's LazyLLM, built here."""
+    return build_filter(cfg, llm.get())
