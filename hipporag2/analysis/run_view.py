@@ -2,10 +2,11 @@
 (with gold passages) and the index it searched.
 
 The analysis tools read what a run left behind rather than re-running it: the
-composed config in `.hydra/config.yaml`, `retrieval.jsonl`, `metrics.json` (which
-names the index by its cache key) and the dataset files recorded in its provenance.
-Relative paths in the config are taken from the directory the run was started in
-(`.hydra/hydra.yaml`), so a run can be analysed from anywhere. When the data files
+composed config (metrics.json's "run" record, or `.hydra/config.yaml` of older runs),
+`retrieval.jsonl`, `metrics.json` (which names the index by its cache key) and the
+dataset files recorded in its provenance. Relative paths in the config are taken from
+the directory the run was started in (the run record, or `.hydra/hydra.yaml`), so a
+run can be analysed from anywhere. When the data files
 changed since the run, or the index is no longer in the cache, loading stops with
 one line saying which file and why, instead of analysing something else.
 """
@@ -73,6 +74,17 @@ def _hydra_cwd(run_dir: Path) -> Optional[Path]:
     return Path(cwd) if cwd else None
 
 
+def _run_record(run_dir: Path) -> dict:
+    """metrics.json's "run" record (config, overrides, cwd), or {} for a run without one."""
+    import json
+
+    try:
+        record = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")).get("run")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def load_run_config(run_dir: Path | str) -> Config:
     """The run's composed Config, with its relative paths made absolute."""
     from omegaconf import OmegaConf
@@ -80,12 +92,17 @@ def load_run_config(run_dir: Path | str) -> Config:
     from hipporag2.config import validate
 
     run_dir = Path(run_dir)
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        raise RunUnavailable(f"{path}: not there (is {run_dir} a run directory of `hipporag2`?)")
-    import hipporag2.cli  # noqa: F401  (registers the config schema and resolvers)
+    import hipporag2.compose  # noqa: F401  (registers the config schema and resolvers)
 
-    saved = OmegaConf.load(path)
+    record = _run_record(run_dir)
+    path = run_dir / ".hydra" / "config.yaml"
+    if record.get("config"):  # metrics.json's run record (run_files.write_run): any client's run
+        path = run_dir / "metrics.json"
+        saved = OmegaConf.create(record["config"])
+    elif path.is_file():
+        saved = OmegaConf.load(path)
+    else:
+        raise RunUnavailable(f"{path}: not there (is {run_dir} a run directory of `hipporag2`?)")
     saved.run_dir = str(run_dir)  # Hydra saves it unresolved (${hydra:...})
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
@@ -96,7 +113,7 @@ def load_run_config(run_dir: Path | str) -> Config:
         cfg = validate(cfg)
     except ConfigError as e:
         raise RunUnavailable(f"{path}: {e}") from None
-    cwd = _hydra_cwd(run_dir) or Path.cwd()
+    cwd = (Path(record["cwd"]) if record.get("cwd") else None) or _hydra_cwd(run_dir) or Path.cwd()
     for fields in _PATH_FIELDS:
         obj = cfg
         for f in fields[:-1]:
