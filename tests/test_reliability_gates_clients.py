@@ -92,6 +92,14 @@ def test_sweep_points_pass_the_fallback_gate_before_any_folder(tmp_path):
         # the file is exactly the typed report's view, with the fields of a run
         assert report.to_json() == metrics and report.n_queries == 14 and report.dense_fallbacks == 14
         assert report.recall_at(5) == point["recall@5"] and metrics["retrieval.damping"] == point["damping"]
+        # written by the run's own writer: the report reads the point's config from metrics.json, no .hydra/
+        from hipporag2.report.runs import load_run
+        from hipporag2.run_files import RETRIEVAL_SEMANTICS
+
+        run = load_run(point["run_dir"])
+        assert not (Path(point["run_dir"]) / ".hydra").exists() and metrics["retrieval_semantics"] == RETRIEVAL_SEMANTICS
+        assert run.get("retrieval.damping") == point["damping"] and run.get("retrieval.passage_node_weight") == point["passage_node_weight"]
+        assert f"retrieval.damping={point['damping']:g}" in run.overrides and run.cwd == str(tmp_path)
 
     # A later sweep that the gate stops leaves the finished one as it was.
     before = {p: p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}

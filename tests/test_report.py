@@ -206,3 +206,17 @@ def test_grid_heatmap_and_continual_plot(root, capsys):
     seg1 = next(line for line in md.splitlines() if "dense" in line and "| segment 1 |" in line)
     assert seg1.split("|")[3:7] == [" 100.0 ", " 50.0 ", " 40.0 ", " 30.0 "]
     assert "| MuSiQue · hipporag2_no_filter | all indexed segments | 100.0" in md
+
+
+def test_runs_of_different_retrieval_semantics_are_flagged(tmp_path):
+    """metrics.json's retrieval_semantics: runs of two versions (or one from before the
+    versioning) get a warning naming both; runs of one version none."""
+    from hipporag2.report.runs import Run, mixed_semantics
+
+    a = Run(path=tmp_path / "a", metrics={"retrieval_semantics": 1})
+    b = Run(path=tmp_path / "b", metrics={"retrieval_semantics": 1})
+    old = Run(path=tmp_path / "old", metrics={})
+    assert mixed_semantics([a, b]) is None
+    warning = mixed_semantics([a, b, old])
+    assert warning.startswith("warning:") and "1: 2 run(s)" in warning and "before versioning" in warning
+    assert str(tmp_path / "old") in warning
