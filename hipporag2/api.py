@@ -10,6 +10,9 @@
     rag.delete(some_docs)
     rag.close()                          # or: with HippoRAG(...) as rag: ...
 
+`HippoRAG.for_dataset(cfg)` is the same class over a dataset's files (its index in the
+stage cache, shared by runs): `pipeline.run` and `hipporag2-sweep` are built on it.
+
 Shaped like the reference implementation's class so its users switch with few edits.
 Settings are the CLI's: `overrides` are the same Hydra override strings, validated
 the same way (a bad one raises ConfigError before any work), or pass a typed
@@ -115,9 +118,10 @@ class HippoRAG:
         from hipporag2.embed.store import open_store
         from hipporag2.stages import Timings, load_inputs, make_retriever
 
+        config = validate(config)
         rag = cls.__new__(cls)
         rag.save_dir = Path(config.run_dir)
-        rag._setup(validate(config))
+        rag._setup(config)
         rag.timings = timings if timings is not None else Timings()
         rag.report = report if report is not None else {}
         rag.inputs = load_inputs(config, rag.timings)

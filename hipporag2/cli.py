@@ -13,7 +13,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from hipporag2.compose import CONFIG_DIR, compose, dictconfig_to_config, to_config  # noqa: F401 (compose: for scripts)
-from hipporag2.config import Config, ConfigError
+from hipporag2.config import ConfigError
 from hipporag2.data.errors import DataError
 
 log = logging.getLogger("hipporag2")

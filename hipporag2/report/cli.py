@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from hipporag2.report.reference import FAIL, OK, OKISH, Reference, check_run, default_references, load_reference, worst
 from hipporag2.report.runs import Run, load_runs, mixed_data, mixed_semantics
