@@ -533,6 +533,7 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
         check_fallback_rate(cfg.retrieval.method, count_fallbacks(results), len(results),
                             cfg.retrieval.max_fallback_rate, int(index.stats.get("facts", 0)))
     report.update(llm_stage_stats(retriever))
+    method_report = getattr(retriever, "run_report", None)  # a baseline's own counters (hipporag2/baselines)
     strings = corpus.strings
     write_retrieval_jsonl(run_dir / "retrieval.jsonl", queries, results, corpus, ckpt.score_texts)
     crash_point("retrieval_written")
@@ -543,6 +544,8 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
 
         with timings.stage("qa"):
             report.update(run_qa(cfg, llm.get(), queries, corpus, results, run_dir))
+    if method_report is not None:
+        report.update(method_report(queries, results, corpus, cfg.recall_k, timings))
     if llm.usage():
         report["llm_usage"] = llm.usage()
     if llm.engine_report():

@@ -176,6 +176,9 @@ RETRIEVERS.register("hipporag1", "hipporag2.retrieve.factory:graph_retriever",
 RETRIEVERS.register("dense", "hipporag2.retrieve.factory:dense_retriever", "dense passage retrieval with the configured encoder",
                     needs=("encoder",))
 RETRIEVERS.register("bm25", "hipporag2.retrieve.factory:bm25_retriever", "BM25 (bm25s, English stemmer and stopwords)")
+RETRIEVERS.register("raptor", "hipporag2.baselines.raptor_index:raptor_retriever",
+                    "RAPTOR baseline: tree of LLM cluster summaries (UMAP + GMM), collapsed-tree retrieval (raptor.*)",
+                    needs=("encoder", "llm"))
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = RETRIEVERS.names_needing("graph")

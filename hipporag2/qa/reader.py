@@ -153,11 +153,11 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     top_k = cfg.qa.qa_top_k
     fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
-    answers = answer_questions(
-        cfg, llm, [q.question for q in queries],
-        [[(corpus.passages[i].title, corpus.passages[i].text) for i in ctx] for ctx in contexts],
-        checkpoint_dir=run_dir,
-    )
+    # a retriever that reads other units than passages (RAPTOR's tree nodes) hands the
+    # reader its own (title, text) context
+    texts = [[tuple(c) for c in r.details["reader_context"]] if "reader_context" in r.details else
+             [(corpus.passages[i].title, corpus.passages[i].text) for i in ctx] for r, ctx in zip(results, contexts)]
+    answers = answer_questions(cfg, llm, [q.question for q in queries], texts, checkpoint_dir=run_dir)
     rows, ems, f1s = [], [], []
     no_marker = failures = 0
     for q, ctx, ans in zip(queries, contexts, answers):
