@@ -100,7 +100,7 @@ def _reduce(emb: np.ndarray, dim: int, n_neighbors: int, seed: int) -> np.ndarra
 
     n = len(emb)
     reducer = umap.UMAP(n_neighbors=max(2, min(n_neighbors, n - 1)), n_components=min(dim, n - 2),
-                        metric="cosine", random_state=seed, init="random" if n < dim + 4 else "spectral")
+                        metric="cosine", random_state=seed, n_jobs=1, init="random" if n < dim + 4 else "spectral")
     return reducer.fit_transform(emb)
 
 
@@ -110,14 +110,20 @@ def _soft_clusters(x: np.ndarray, max_clusters: int, threshold: float, seed: int
     most likely component (RAPTOR's code would drop it from the level above)."""
     from sklearn.mixture import GaussianMixture
 
+    x = np.asarray(x, dtype=np.float64)
     n = len(x)
-    candidates = range(1, max(2, min(max_clusters, n)))
-    best_k, best_bic = 1, np.inf
-    for k in candidates:
-        bic = GaussianMixture(n_components=k, random_state=seed).fit(x).bic(x)
+    best_k, best_bic, best = 1, np.inf, None
+    for k in range(1, max(2, min(max_clusters, n))):
+        try:
+            gm = GaussianMixture(n_components=k, random_state=seed).fit(x)
+        except ValueError:
+            continue  # a component collapsed onto too few points: that k cannot be fitted
+        bic = gm.bic(x)
         if bic < best_bic:
-            best_k, best_bic = k, bic
-    gm = GaussianMixture(n_components=best_k, random_state=seed).fit(x)
+            best_k, best_bic, best = k, bic, gm
+    if best is None:
+        return [list(range(n))]
+    gm = best
     probs = gm.predict_proba(x)
     members: List[List[int]] = [[] for _ in range(best_k)]
     for i, row in enumerate(probs):

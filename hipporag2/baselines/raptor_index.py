@@ -178,7 +178,7 @@ class RaptorRetriever:
         return {
             "raptor_recall": recall,
             "raptor_summary_passages": self.cfg.raptor.summary_passages,
-            "raptor_tree": {"levels": st["levels"], "nodes": st["nodes"], "cached": st.get("cached", False),
+            "raptor_tree": {"levels": st["levels"], "nodes": st["nodes"], "cached": st.get("cached", False), "llm_calls": st.get("llm_calls"),
                             "llm_calls_sent": st.get("llm_calls_sent", 0) if not st.get("cached") else 0},
             "table12": table12(st.get("llm_input_tokens"), st.get("llm_output_tokens"), st.get("build_s", self.index_s),
                                query_s / n),
