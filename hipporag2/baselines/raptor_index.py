@@ -34,7 +34,7 @@ log = logging.getLogger("hipporag2.raptor")
 
 STAGE = "raptor_summary"
 # Bump when the prompt or the tree recipe changes: the tree cache key includes it.
-TREE_VERSION = 1
+TREE_VERSION = 2
 SUMMARY_SYSTEM = "You condense groups of related texts into one short, factual summary."
 SUMMARY_USER = (
     "Texts:\n\n{texts}\n\n"
