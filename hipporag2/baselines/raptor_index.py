@@ -202,8 +202,13 @@ def raptor_retriever(parts):
     """Registry builder (`retrieval.method=raptor`)."""
     from hipporag2.config import ConfigError
 
+    import importlib.util
+
     if parts.store is None:
         raise ConfigError("retrieval.method=raptor needs an encoder (embedding=...)")
+    missing = [m for m, pkg in (("umap", "umap-learn"), ("sklearn", "scikit-learn")) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"retrieval.method=raptor needs {' and '.join(missing)}: pip install -e '.[baselines]' (make setup installs it)")
     t0 = time.perf_counter()
     tree = get_tree(parts.cfg, list(parts.passages), parts.store, parts.llm)
     return RaptorRetriever(tree, list(parts.passages), parts.store, parts.cfg, time.perf_counter() - t0)
