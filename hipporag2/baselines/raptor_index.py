@@ -140,14 +140,17 @@ class RaptorRetriever:
     themselves, not passages) in `details["reader_context"]`."""
 
     def __init__(self, tree: raptor.Tree, passages: Sequence[str], store, cfg, index_s: float):
-        self.tree, self.store, self.cfg = tree, store, cfg
+        # `cfg` is the retrieval section, as in every retriever (the library replaces it
+        # to change retrieval_top_k); the tree's settings are the run's `raptor` section
+        self.tree, self.store, self.cfg, self.rcfg = tree, store, cfg.retrieval, cfg.raptor
+        self.progress = cfg.progress
         self.titles = [p.partition("\n")[0] if "\n" in p else "" for p in passages]
         self.index_s = index_s
 
     def retrieve(self, queries) -> List[RetrievalResult]:
-        rc, top_k = self.cfg.raptor, self.cfg.retrieval.retrieval_top_k
+        rc, top_k = self.rcfg, self.cfg.retrieval_top_k
         q = self.store.embed([x.question for x in queries], instruction=ins.QUERY_TO_PASSAGE,
-                             desc="embed queries (RAPTOR)", progress=self.cfg.progress)
+                             desc="embed queries (RAPTOR)", progress=self.progress)
         out = []
         for query, scores in zip(queries, raptor.score_nodes(self.tree, q)):
             rankings = {m: raptor.passage_ranking(self.tree, scores, m, top_k) for m in RAPTOR_SUMMARY_PASSAGES}
@@ -177,7 +180,7 @@ class RaptorRetriever:
         query_s = timings.seconds.get("retrieval", 0.0) + timings.seconds.get("qa", 0.0)
         return {
             "raptor_recall": recall,
-            "raptor_summary_passages": self.cfg.raptor.summary_passages,
+            "raptor_summary_passages": self.rcfg.summary_passages,
             "raptor_tree": {"levels": st["levels"], "nodes": st["nodes"], "cached": st.get("cached", False), "llm_calls": st.get("llm_calls"),
                             "llm_calls_sent": st.get("llm_calls_sent", 0) if not st.get("cached") else 0},
             "table12": table12(st.get("llm_input_tokens"), st.get("llm_output_tokens"), st.get("build_s", self.index_s),
