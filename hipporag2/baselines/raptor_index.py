@@ -108,8 +108,10 @@ def get_tree(cfg, passages: Sequence[str], store, lazy_llm) -> raptor.Tree:
             failed = [r.error for r in replies if r.error is not None]
             if failed:
                 # a summary that failed would put an empty node in the tree for good
-                raise RuntimeError(f"RAPTOR: {len(failed)} of {len(reqs)} summary calls failed (first: {failed[0]}); "
-                                   "the finished ones are in the LLM cache, rerun to resume")
+                from hipporag2.gates import GateError
+
+                raise GateError(f"stage {STAGE}: {len(failed)} of {len(reqs)} RAPTOR summary calls failed (first: {failed[0]}); "
+                                "the finished ones are in the LLM cache: rerun to resume")
             return [r.text.strip() for r in replies]
 
         t0 = time.perf_counter()
