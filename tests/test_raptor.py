@@ -129,3 +129,14 @@ def test_raptor_end_to_end_with_smollm2(tmp_path):
     assert m2["raptor_tree"]["levels"] == tree["levels"] and m2["raptor_tree"]["llm_calls_sent"] == 0
     assert m2["table12"]["indexing_llm_input_tokens"] == t12["indexing_llm_input_tokens"]  # a fresh build's bill
     assert m2["recall@5"] == m["recall@5"]
+
+
+def test_raptor_settings_are_checked_at_start_up():
+    from hipporag2.cli import compose
+    from hipporag2.config import ConfigError, validate
+
+    cfg = compose(["retrieval=raptor", "embedding=minilm", "raptor.summary_passages=skip"])
+    assert cfg.retrieval.method == "raptor" and validate(cfg).raptor.summary_passages == "skip"
+    for bad in ("raptor.summary_passages=all", "raptor.membership_threshold=1.5", "raptor.leaf_tokens=0"):
+        with pytest.raises(ConfigError, match=bad.split("=")[0]):
+            validate(compose(["retrieval=raptor", "embedding=minilm", bad]))
