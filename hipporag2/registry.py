@@ -252,6 +252,7 @@ for _name, _summary in (
     ("table4", "Table 4: ablations, recall@5"),
     ("table5", "Table 5: passage_node_weight sweep, recall@5"),
     ("table7", "Table 7: retriever swap, recall@5"),
+    ("table8", "Table 8: QA EM / F1, both LLM blocks"),
     ("table9", "Table 9: recall@2 / recall@5"),
     ("table10", "Table 10: graph statistics"),
     ("table12", "Table 12: cost"),
