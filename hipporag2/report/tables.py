@@ -402,6 +402,8 @@ def _notes(cells: Sequence[Cell], ctx: Context, paper_shown: bool = True) -> Lis
 
 
 def _pick_latest(runs: Sequence[Run]) -> Run:
+    if len(runs) == 1:
+        return runs[0]
     return max(runs, key=lambda r: (r.path / "metrics.json").stat().st_mtime)
 
 
