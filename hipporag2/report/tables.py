@@ -90,6 +90,12 @@ def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[
     def ident(r: Run, k: str) -> str:
         return str(row_choice[id(r)].get(k)) if k in rows_by else value_str(r.settings.get(k))
 
+    if rows_by:  # a name the row's choice already fixes (e.g. retrieval.name of retriever=hipporag2) is not repeated
+        by_choice: Dict[Tuple, List[Run]] = {}
+        for r in runs:
+            by_choice.setdefault(tuple(ident(r, k) for k in rows_by), []).append(r)
+        names = [k for k in names if any(len({value_str(r.settings.get(k)) for r in g}) > 1 for g in by_choice.values())]
+
     groups: Dict[Tuple, List[Run]] = {}
     for r in runs:
         groups.setdefault(tuple(ident(r, k) for k in rows_by + names), []).append(r)
