@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from hipporag2.cli import compose
 from hipporag2.report.reference import load_reference
-from hipporag2.report.runs import Run, _flatten, reference_graph_counts
+from hipporag2.report.runs import Run, reference_graph_counts
 from hipporag2.report.tables import Cell, Context, average_cell, table_pivot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,6 +166,12 @@ ROWS = [  # (experiment, retriever row, paper table, paper row, block)
     ("table12_cost", "hipporag1", "table12", "HippoRAG", None),
     ("table12_cost", "nv_embed_v2", "table12", "NV-Embed-v2", None),
 ]
+
+
+def _flatten(obj, prefix=""):
+    if isinstance(obj, dict):
+        return {k: v for key, val in obj.items() for k, v in _flatten(val, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: obj}
 
 
 def _composed_run(*overrides):
