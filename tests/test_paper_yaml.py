@@ -208,3 +208,24 @@ def test_table13_hyperparameters_are_the_paper_presets(paper):
     assert paper.raw["table13"] == {"graph.synonymy_edge_sim_threshold": 0.8, "retrieval.damping": 0.5, "llm.temperature": 0.0}
     for key, value in paper.raw["table13"].items():
         assert cfg.get(key) == value, key
+
+
+def test_table8_has_both_llm_blocks_and_table12_all_six_systems(paper):
+    from hipporag2.report.tables import table_cost
+
+    ctx = Context(paper=paper, ours=[], baselines=[])
+    llama = _composed_run("+experiment=table2_qa", "experiment/retriever@_global_=hipporag2", "dataset=musique")
+    mini = _composed_run("+experiment=table8_qa", "experiment/retriever@_global_=none", "dataset=musique")
+    llama.metrics = {"qa_em": 30.0, "qa_f1": 40.0, "qa_n": 1000, "n_queries": 1000}
+    mini.metrics = {"qa_em": 10.0, "qa_f1": 20.0, "qa_n": 1000, "n_queries": 1000}
+    md = table_pivot([llama, mini], ctx, "t8", "Table 8", ["qa_em", "qa_f1"], paper_table="table8").markdown()
+    assert "30.0 (37.2, −7.2) | 40.0 (48.6, −8.6) |" in md  # HippoRAG 2, Llama block
+    assert "10.0 (11.2, −1.2) | 20.0 (22.0, −2.0) |" in md  # None, GPT-4o-mini block
+    assert "| None [llama33_70b_vllm] | not run (17.6) | not run (26.1) |" in md
+    assert "| HippoRAG 2 [gpt4o_mini] | not run (35.0) | not run (49.3) |" in md
+    assert "| None [gpt4o_mini] |" not in md and "| HippoRAG 2 [llama33_70b_vllm] |" not in md
+    dense = _composed_run("+experiment=table12_cost", "experiment/retriever@_global_=nv_embed_v2")
+    dense.metrics = {"n_queries": 1000, "timings": {"retrieval": 300.0, "embed_passages": 600.0}}
+    md = table_cost([dense], ctx).markdown()
+    assert "(0.3)" in md and md.count("| not run |") == 5
+    assert "| LightRAG | not run | not run (235) | not run (68.5) | not run (18.3) | not run (13.3) |" in md
