@@ -85,6 +85,10 @@ def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
     extra = ""
     if r.qa_em is not None:
         extra = f"\nQA: EM {r.qa_em:.1f}  F1 {r.qa_f1:.1f}"
+    failures = r.extra.get("llm_failures")
+    if failures:
+        # every LLM stage of the run, failed or not: a 0 says the stage was asked and answered
+        extra += "\nLLM failures (after retries): " + "  ".join(f"{stage} {n}" for stage, n in failures.items())
     return head + "\n" + row + extra
 
 
