@@ -95,16 +95,28 @@ def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
 @contextmanager
 def user_errors() -> Iterator[None]:
     """A bad config or input file ends a command with its one-line message (which names
-    the file, record and field) and exit status 2, not a traceback."""
+    the file, record and field) and exit status 2, not a traceback; so does a write the
+    operating system refuses (no space, permission, read-only, a file in the way:
+    `atomicio.StorageError` names the path and what was being written)."""
+    from hipporag2.atomicio import os_error_line
     from hipporag2.gates import GateError
 
     try:
         yield
     except (ConfigError, DataError, GateError) as e:
-        if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
-            log.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(e))
+    except OSError as e:
+        line = os_error_line(e)
+        if line is None:
+            raise
+        _fail(line)
+
+
+def _fail(message: str) -> None:
+    if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
+        log.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 class RedactSweepFiles(Callback):

@@ -31,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("hipporag2-download needs huggingface_hub (pip install huggingface_hub)", file=sys.stderr)
         return 2
+    from hipporag2.atomicio import os_errors_exit
+
+    with os_errors_exit():  # a full disk or read-only --data-dir: one line, exit 2
+        return _fetch(args, hf_hub_download)
+
+
+def _fetch(args, hf_hub_download) -> int:
     out = Path(args.data_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.names:

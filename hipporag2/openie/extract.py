@@ -241,7 +241,7 @@ def extract_corpus(
         raise ConfigError(f"OpenIE chunk size must be >= 1, got {chunk_size}")
     constrained = bool(cfg.llm.constrained_decoding)
     counts = _Counts()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    atomicio.make_dirs(path.parent)
 
     # One extractor per file at a time; a second process waits, then finds it done.
     with FileLock(str(path) + ".lock"):
@@ -261,7 +261,7 @@ def extract_corpus(
             log.info("OpenIE checkpoint %s: %d of %d passages already extracted, %d to go", path, resumed, len(strings), len(todo))
         else:
             log.info("OpenIE: extracting %d passages with %s into %s", len(todo), llm.model_id, path)
-        atomicio.write_text(_key_file(path), key + "\n")
+        atomicio.write_text(_key_file(path), key + "\n", what="OpenIE key file")
 
         failed_ids: List[str] = []
         failed_ex: Dict[str, Extraction] = {}
