@@ -56,7 +56,7 @@ class StorageError(OSError):
         elif self.errno in (errno.ENOTDIR, errno.EEXIST):
             blocker = _file_in_the_way(self.path)
             detail = f" ({blocker} is a file)" if blocker is not None else ""
-        verb = "create" if self.what == "folder" else "write"
+        verb = "create" if self.what.endswith("folder") else "write"
         return f"cannot {verb} {self.what} {self.path}: {reason}{detail}"
 
 

@@ -45,6 +45,17 @@ def _names(text: str) -> List[str]:
     return out
 
 
+def request_kind(messages: List[dict]) -> str:
+    """filter | triples | qa | ner, by the request's shape."""
+    system = " ".join(m["content"] for m in messages if m["role"] == "system")
+    last = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    if "fact_before_filter" in last:
+        return "filter"
+    if re.search(r'\{"named_entities":\s*\[', last):
+        return "triples"
+    return "qa" if "Answer:" in system else "ner"
+
+
 def harness_answer(messages: List[dict]) -> str:
     """The reply text for a chat request, made by rule from the request (module docstring)."""
     system = " ".join(m["content"] for m in messages if m["role"] == "system")
@@ -77,6 +88,7 @@ class FaultyServer:
         self.received = 0
         self.answered = 0
         self.actions: Dict[str, int] = {}
+        self.kinds: Dict[str, int] = {}  # requests received by `request_kind`
         self.dead = False
         self._lock = threading.Lock()
         owner = self
@@ -100,6 +112,8 @@ class FaultyServer:
         with self._lock:
             self.received += 1
             n = self.received
+            kind = request_kind(messages)
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
             action = "dead" if self.dead else self.plan(n, last)
             self.actions[action] = self.actions.get(action, 0) + 1
         if action in ("dead", "drop"):
