@@ -466,3 +466,58 @@ def full_disk_probe(root: str, out: str) -> None:
     metrics = run / "metrics.json"
     attempt("metrics", metrics, lambda: atomicio.write_json(metrics, {"pad": "m" * 200_000}), metrics.read_bytes)
     Path(out).write_text(json.dumps(report))
+
+
+# ---- the library ---------------------------------------------------------------------------
+
+
+def test_library_index_raises_the_same_gate_and_resumes(world, tmp_path):
+    """`HippoRAG.index` over the shared OpenIE layer: the dying server raises LLMFailureGate
+    (nothing saved); index() again against a healthy server sends only the failed requests."""
+    from hipporag2 import HippoRAG
+    from hipporag2.gates import GateError, LLMFailureGate
+
+    corpus = json.loads((world["data"] / "tiny_corpus.json").read_text())
+    docs = [f"{d['title']}\n{d['text']}" for d in corpus]
+
+    def overrides(url):
+        return ["embedding=minilm", "retrieval=hipporag2_no_filter", "llm=openai_compatible", f"llm.base_url={url}",
+                "llm.model=fault-harness", "llm.api_key_env=HIPPORAG2_TEST_NO_KEY", "llm.max_retries=2",
+                "llm.backoff_s=0.05", "llm.timeout_s=5", "llm.max_concurrency=4", "llm.max_new_tokens=256",
+                f"cache_dir={tmp_path / 'cache'}", "progress=false"]
+
+    dying = FaultyServer(die_after=40)
+    try:
+        with HippoRAG(tmp_path / "index", overrides=overrides(dying.url)) as rag:
+            with pytest.raises(LLMFailureGate) as info:
+                rag.index(docs)
+    finally:
+        dying.close()
+    e = info.value
+    assert isinstance(e, GateError) and (e.stage, e.failed, e.total) == ("openie", 8, 24)
+    assert "connection error" in e.first_error and "rerun to retry them" in str(e)
+    assert not (tmp_path / "index" / "hipporag2_index.json").exists()
+    healthy = FaultyServer()
+    try:
+        with HippoRAG(tmp_path / "index", overrides=overrides(healthy.url)) as rag:
+            assert rag.index(docs) == 24
+            top = rag.retrieve(["In which country was Bryn Calder born?"], num_to_retrieve=3)[0]
+    finally:
+        healthy.close()
+    assert healthy.received == 8
+    assert top.docs[0].startswith("Bryn Calder\n")
+
+
+def test_gate_lines():
+    from hipporag2.gates import LLMFailureGate, check_openie_failures, check_qa_failures
+
+    assert check_openie_failures("f.json", 1000, {"openie_ner": 0, "openie_triples": 10}, "boom", 0.99) == 0.99
+    with pytest.raises(LLMFailureGate, match=r"^OpenIE: 11 of 1000 passages failed in the LLM after retries "
+                       r"\(1 in openie_ner, 10 in openie_triples; first error: HTTP 500: a b\), coverage 98\.9% below "
+                       r"openie\.min_coverage=0\.99; the 989 extracted are kept in f\.json: rerun to retry them"):
+        check_openie_failures("f.json", 1000, {"openie_ner": 1, "openie_triples": 10}, "HTTP 500:\n a  b", 0.99)
+    with pytest.raises(LLMFailureGate, match=r"1 in openie_ner; first error: x; 20 more not asked\), coverage 79\.0%"):
+        check_openie_failures("f.json", 100, {"openie_ner": 1, "openie_triples": 0}, "x", 0.99, not_asked=20)
+    check_qa_failures(1, 10, "x", 0.1, "qa.jsonl")
+    with pytest.raises(LLMFailureGate, match=r"^QA: 2 of 10 reader calls \(20\.0%\) failed .* above qa\.max_failure_rate=0\.1"):
+        check_qa_failures(2, 10, "x", 0.1, "qa.jsonl")
