@@ -165,7 +165,10 @@ def discard_failed_start(run_dir: Path, message: str) -> None:
     if {p.name for p in run_dir.iterdir()} <= _START_FILES:
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
-        (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+        try:
+            (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+        except OSError:
+            pass  # a full or read-only run folder: the error line already said why
 
 
 def _job_run_dir(dcfg: DictConfig) -> Path:
