@@ -56,6 +56,8 @@ class StorageError(OSError):
         elif self.errno in (errno.ENOTDIR, errno.EEXIST):
             blocker = _file_in_the_way(self.path)
             detail = f" ({blocker} is a file)" if blocker is not None else ""
+        if not self.what:  # an error of someone else's I/O: read or write, we do not know
+            return f"{self.path}: {reason}{detail}"
         verb = "create" if self.what.endswith("folder") else "write"
         return f"cannot {verb} {self.what} {self.path}: {reason}{detail}"
 
@@ -69,7 +71,7 @@ def os_error_line(exc: OSError) -> Optional[str]:
     if exc.errno not in _REASONS:
         return None
     name = exc.filename if exc.filename is not None else "?"
-    return str(StorageError(name, "folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else "file", exc))
+    return str(StorageError(name, "", exc))
 
 
 @contextmanager
