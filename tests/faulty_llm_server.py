@@ -1,21 +1,24 @@
 """A loopback OpenAI-compatible chat-completions endpoint that fails on purpose.
 
-THIS IS A FAULT INJECTOR, NOT AN LLM. What the tests exercise through it is our side
-of the wire: the openai backend's retries, the response cache, OpenIE's checkpoint and
-failure gate, the QA checkpoint and gate, and what the CLI prints. It fails the way
-real servers do: it dies after N answers (the socket is closed, later connections are
-refused, requests in flight are dropped), answers 500 or 429 with Retry-After, drops
-connections without a reply, or answers after the client's timeout.
+THIS IS A FAULT INJECTOR IN FRONT OF AN ANSWER SOURCE, NOT AN LLM. What the tests
+exercise through it is our side of the wire: the openai backend's retries, the
+response cache, OpenIE's checkpoint and failure gate, the QA checkpoint and gate, and
+what the CLI prints. It fails the way real servers do: it dies after N answers (the
+socket is closed, later connections are refused, requests in flight are dropped),
+answers 500 or 429 with Retry-After, drops connections without a reply, or answers
+after the client's timeout.
 
-What it answers when it answers (`harness_answer`) is made deterministically from the
-request, by rule, so that a run against it is repeatable and a rerun can be compared
-byte for byte with an uninterrupted run: NER lists the capitalised names of the last
-user message, the triple step chains the named entities it was given, the fact filter
-keeps every candidate, the reader answers with the question's first name. No test
-reads these answers as model quality; tests of what a real model answers talk to
-SmolLM2 (tests/test_llm_backends.py, tests/test_vllm_engine.py). The answers are
-routed by the request's shape (filter fields, a `named_entities` object, an `Answer:`
-instruction), which our prompts and the reference's share.
+What it answers when it answers comes from one of two sources:
+- `ModelProxy`: a real model in the test process (SmolLM2 through the transformers
+  backend), asked with the request's messages, `max_tokens` and JSON schema;
+- `harness_answer`, where a test needs no model and must stay fast: made
+  deterministically from the request, by rule, so that a run is repeatable and a
+  rerun can be compared byte for byte with an uninterrupted run. NER lists the
+  capitalised names of the last user message, the triple step chains the named
+  entities it was given, the fact filter keeps every candidate, the reader answers
+  with the question's first name. No test reads these answers as model quality. They
+  are routed by the request's shape (filter fields, a `named_entities` object, an
+  `Answer:` instruction), which our prompts and the reference's share.
 """
 from __future__ import annotations
 
@@ -56,8 +59,9 @@ def request_kind(messages: List[dict]) -> str:
     return "qa" if "Answer:" in system else "ner"
 
 
-def harness_answer(messages: List[dict]) -> str:
+def harness_answer(body: dict) -> str:
     """The reply text for a chat request, made by rule from the request (module docstring)."""
+    messages = body["messages"]
     system = " ".join(m["content"] for m in messages if m["role"] == "system")
     last = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     if "fact_before_filter" in last:
@@ -74,6 +78,32 @@ def harness_answer(messages: List[dict]) -> str:
     return json.dumps({"named_entities": _names(last)})
 
 
+class ModelProxy:
+    """Answers each request with a real model in this process (an `hipporag2.llm` LLM,
+    e.g. SmolLM2 on the transformers backend), one request at a time, with the request's
+    `max_tokens` and `response_format` schema (decoded under it when the model's config
+    has constrained decoding on). Its own response cache makes a repeated request cost
+    nothing, so a clean run and a faulty one see the same answers."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> str:
+        from hipporag2.llm.base import ChatRequest
+
+        fmt = body.get("response_format") or {}
+        schema = fmt.get("json_schema", {}).get("schema") if fmt.get("type") == "json_schema" else None
+        request = ChatRequest(messages=tuple((m["role"], m["content"]) for m in body["messages"]),
+                              max_new_tokens=body.get("max_tokens"),
+                              json_schema=json.dumps(schema) if schema is not None else None)
+        with self._lock:
+            [reply] = self.llm.generate([request], stage="proxy", progress=False)
+        if reply.error is not None:
+            raise RuntimeError(f"the model behind the proxy failed: {reply.error}")
+        return reply.text
+
+
 class FaultyServer:
     """The server on a free loopback port; `url` is its OpenAI base URL.
 
@@ -82,7 +112,7 @@ class FaultyServer:
     included), `answered` the ones it answered."""
 
     def __init__(self, plan: Optional[Plan] = None, die_after: Optional[int] = None, slow_s: float = 0.0,
-                 answer: Callable[[List[dict]], str] = harness_answer):
+                 answer: Callable[[dict], str] = harness_answer):
         self.plan = plan or (lambda n, text: "ok")
         self.die_after, self.slow_s, self.answer = die_after, slow_s, answer
         self.received = 0
@@ -131,7 +161,7 @@ class FaultyServer:
             return
         if action == "slow":
             time.sleep(self.slow_s)
-        text = self.answer(messages)
+        text = self.answer(body)
         payload = json.dumps({
             "id": f"fault-{n}", "object": "chat.completion", "model": body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],

