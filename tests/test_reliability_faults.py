@@ -507,6 +507,16 @@ def test_library_index_raises_the_same_gate_and_resumes(world, tmp_path):
     assert healthy.received == 8
     assert top.docs[0].startswith("Bryn Calder\n")
 
+    failing = FaultyServer(plan=_fail_one_question)  # the reader: rag_qa raises, the answers ride on the error
+    try:
+        with HippoRAG(tmp_path / "index", overrides=overrides(failing.url) + ["llm.max_retries=0"]) as rag:
+            with pytest.raises(LLMFailureGate, match=r"^QA: 1 of 2 reader calls \(50\.0%\) failed") as info:
+                rag.rag_qa([FAILING_QUESTION, "In which country was Arlen Voss born?"])
+    finally:
+        failing.close()
+    first, second = info.value.results
+    assert first.answer is None and isinstance(second.answer, str) and second.answer
+
 
 def test_gate_lines():
     from hipporag2.gates import LLMFailureGate, check_openie_failures, check_qa_failures
