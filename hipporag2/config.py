@@ -162,6 +162,10 @@ class QAConfig:
     # checkpoint_s, and each finished call is appended to the run's qa.partial.jsonl,
     # so a QA stage interrupted part-way asks only the unfinished questions again.
     chunk_size: int = 256
+    # Most share of reader calls that may fail in the LLM (after its retries) before
+    # the run stops, once the answers are saved (hipporag2/gates.py). 0: any failure
+    # stops it, because a failed call would otherwise be scored as a wrong answer.
+    max_failure_rate: float = 0.0
 
 
 @dataclass
@@ -205,6 +209,8 @@ def validate(cfg: Config) -> Config:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
     if not 0.0 <= r.max_fallback_rate <= 1.0:
         problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if not 0.0 <= cfg.qa.max_failure_rate <= 1.0:
+        problems.append(f"qa.max_failure_rate={cfg.qa.max_failure_rate} must be in [0, 1]")
     if not 0.0 <= cfg.openie.min_coverage <= 1.0:
         problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:

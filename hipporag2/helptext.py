@@ -37,7 +37,7 @@ KEY_HELP: Dict[str, str] = {
     "openie.import_path": "read extractions from this interchange-format file instead of calling the LLM",
     "openie.output_path": "where a fresh extraction is written (null: in cache_dir, by content hash)",
     "openie.require_complete": "stop when a corpus passage has no extraction in the imported file",
-    "openie.min_coverage": "least share of corpus passages an imported OpenIE file must cover (0.99; 0 accepts any)",
+    "openie.min_coverage": "least share of corpus passages an imported OpenIE file must cover, or our extraction must have extracted (0.99; 0 accepts any)",
     "openie.ner_max_new_tokens": "output limit of the NER step (null: llm.max_new_tokens)",
     "openie.triples_max_new_tokens": "output limit of the triple step (null: llm.max_new_tokens)",
     "openie.parse": "how NER / triple / query-NER replies are read: reference (the reference's regex + literal rule) | lenient",
@@ -103,6 +103,7 @@ KEY_HELP: Dict[str, str] = {
     "qa.answer_format": "reader reply format: marker (ends with Answer: ..., the paper's) | json ({\"answer\": ...})",
     "qa.answer_marker": "which Answer: marker counts: reference (first, as the reference) | last",
     "qa.chunk_size": "most questions per reader call and QA checkpoint (256; smaller when a call takes longer than checkpoint_s)",
+    "qa.max_failure_rate": "most share of reader calls that may fail in the LLM before the run stops (0; answers so far are saved)",
     "data_dir": "folder of the dataset files",
     "run_dir": "folder of this run's files (default: named by a hash of the overrides)",
     "cache_dir": "shared content-addressed artefacts: OpenIE, embeddings, indexes, LLM answers",
@@ -120,7 +121,7 @@ NOT_RESULT_CHANGING = frozenset({
     "llm.tensor_parallel_size", "llm.gpu_memory_utilization", "llm.device", "llm.batch_size", "llm.cpu_threads",
     "llm.gguf_convert", "llm.share_prompt_prefix", "llm.model_cache_dir", "llm.on_failure",
     "llm.enable_prefix_caching", "llm.enforce_eager", "llm.transcript_path",
-    "graph.knn_block_size", "retrieval.query_batch_size", "retrieval.max_fallback_rate", "qa.chunk_size",
+    "graph.knn_block_size", "retrieval.query_batch_size", "retrieval.max_fallback_rate", "qa.chunk_size", "qa.max_failure_rate",
     "data_dir", "run_dir", "cache_dir", "recall_k", "progress", "checkpoint_s",
 })
 

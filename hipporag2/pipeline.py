@@ -463,6 +463,13 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
     return out
 
 
+def llm_failures(usage: Dict[str, Dict[str, int]]) -> Dict[str, int]:
+    """Calls that failed in the LLM after its retries, by stage (openie_ner, openie_triples,
+    query_ner, filter, qa), for metrics.json and the printed summary: a query-time stage
+    goes on without the answer (no NER entities, no kept fact), which must show."""
+    return {stage: int(u.get("failures", 0)) for stage, u in usage.items()}
+
+
 def run(cfg: Config) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -548,6 +555,7 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
         report.update(method_report(queries, results, corpus, cfg.recall_k, timings))
     if llm.usage():
         report["llm_usage"] = llm.usage()
+        report["llm_failures"] = llm_failures(llm.usage())
     if llm.engine_report():
         report["llm_engine"] = llm.engine_report()
     llm.close()  # the last LLM stage is done (a failed run relies on the backend's atexit)
