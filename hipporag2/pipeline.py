@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "run", "Timings", "LazyLLM", "Inputs", "load_inputs", "load_dataset", "dataset_paths", "get_openie", "get_index",
-    "make_retriever", "count_fallbacks", "run_report", "llm_stage_stats", "provenance", "input_files",
+    "make_retriever", "count_fallbacks", "run_report", "llm_stage_stats", "llm_failures", "provenance", "input_files",
     "write_json", "write_jsonl",
 ]
 
@@ -30,7 +30,7 @@ from hipporag2.redact import install_log_redaction, redact_hydra_dir, url_has_cr
 from hipporag2.results import RunReport
 from hipporag2.run_files import RetrievalFile, retrieval_key, write_run
 from hipporag2.stages import (  # noqa: F401 (re-exported)
-    Inputs, LazyLLM, Timings, count_fallbacks, dataset_paths, get_index, get_openie, input_files, llm_stage_stats,
+    Inputs, LazyLLM, Timings, count_fallbacks, dataset_paths, get_index, get_openie, input_files, llm_failures, llm_stage_stats,
     load_dataset, load_inputs, make_retriever, provenance, run_report, write_json, write_jsonl,
 )
 
@@ -78,6 +78,7 @@ def _run(cfg: Config, run_dir: Path, overrides: Sequence[str]) -> RunReport:
     out = RetrievalFile(run_dir, retrieval_key(cfg, inputs.data_files, report.get("index_key")), inputs.queries,
                         inputs.corpus, cfg.retrieval.query_batch_size)
     results, resumed = rag.retrieve_dataset(out)
+    method_report = getattr(rag.retriever, "run_report", None)  # a baseline's own counters (hipporag2/baselines)
     crash_point("retrieval_written")
     strings = inputs.corpus.strings
     with timings.stage("evaluate"):
@@ -88,6 +89,8 @@ def _run(cfg: Config, run_dir: Path, overrides: Sequence[str]) -> RunReport:
 
         with timings.stage("qa"):
             report.update(run_qa(cfg, rag.llm(), inputs.queries, inputs.corpus, results, run_dir))
+    if method_report is not None:
+        report.update(method_report(inputs.queries, results, inputs.corpus, cfg.recall_k, timings))
     report.update(rag.llm_report())
     metrics = run_report(cfg, inputs, results, rag.store(), report, timings.seconds, resumed=resumed, recall=recall)
     graph_stats = rag.index_data.stats if rag.index_data is not None else None

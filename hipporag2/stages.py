@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = [
     "Timings", "LazyLLM", "Inputs", "load_inputs", "load_dataset", "dataset_paths", "get_openie", "get_index",
-    "make_retriever", "count_fallbacks", "run_report", "llm_stage_stats", "provenance", "input_files",
+    "make_retriever", "count_fallbacks", "run_report", "llm_stage_stats", "llm_failures", "provenance", "input_files",
     "write_json", "write_jsonl",
 ]
 
@@ -383,3 +383,8 @@ def load_inputs(cfg: Config, timings: Timings) -> Inputs:
     return Inputs(corpus, queries, qpath, cpath, data_files, cov)
 
 
+def llm_failures(usage: Dict[str, Dict[str, int]]) -> Dict[str, int]:
+    """Calls that failed in the LLM after its retries, by stage (openie_ner, openie_triples,
+    query_ner, filter, qa), for metrics.json and the printed summary: a query-time stage
+    goes on without the answer (no NER entities, no kept fact), which must show."""
+    return {stage: int(u.get("failures", 0)) for stage, u in usage.items()}
