@@ -58,6 +58,29 @@ class EmbeddingConfig:
     device: str = "cpu"
     dtype: str = "float32"
     trust_remote_code: bool = False
+    # Prefix of passages, phrases and facts (GritLM: "<|embed|>\n"); hipporag2/embed/prompts.py.
+    passage_format: str = ""
+    # registry.ENCODER_RUNNERS: in_process | worker (a process of `env`, docs/encoders.md).
+    runner: str = "in_process"
+    # The worker's Python environment (a folder; relative = to the project root).
+    env: str = ".venv-encoders"
+    # "dist==version" pins the worker environment must hold (checked before any work).
+    requires: List[str] = field(default_factory=list)
+    # transformers versions this model's remote code is known to work with; remote code
+    # is loaded under no other (trust_remote_code=true and an empty list: never).
+    vetted_transformers: List[str] = field(default_factory=list)
+    # backend=openai_compatible: the server's /v1 URL; the API key is read from the
+    # environment variable NAMED here (never written anywhere).
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    # How the server is asked to cut inputs to max_length tokens (registry.EMBED_TRUNCATION).
+    truncation: str = "vllm"
+    max_concurrency: int = 4
+    # Texts per request are also bounded by this many (estimated) tokens.
+    batch_tokens: int = 16384
+    timeout_s: float = 120.0
+    # How long one request keeps retrying 429 / 5xx / dropped connections (a restarting server).
+    retry_window_s: float = 300.0
 
 
 @dataclass

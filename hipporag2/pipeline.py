@@ -42,7 +42,7 @@ from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index,
 from hipporag2.indexing import build_index
 from hipporag2.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
-from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
+from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, register_key_env, url_has_credentials
 from hipporag2.result_lines import RetrievalLines, checkpoint_block, result_of_checkpoint_row
 from hipporag2.results import RunReport
 from hipporag2.retrieve.base import RetrievalResult
@@ -467,6 +467,7 @@ def run(cfg: Config) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     install_log_redaction(cfg.llm.api_key_env)
+    register_key_env(cfg.embedding.api_key_env)
     # Hydra saved the composed config (and overrides) before this point.
     redact_hydra_dir(run_dir)
     if url_has_credentials(cfg.llm.base_url):

@@ -158,6 +158,19 @@ ENCODERS.register("sentence_transformers", "hipporag2.embed.encoders:SentenceTra
 ENCODERS.register("nv_embed_v2", "hipporag2.embed.encoders:NVEmbedV2Encoder",
                   "nvidia/NV-Embed-v2 through its remote code, instruction passed separately")
 ENCODERS.register("gritlm", "hipporag2.embed.encoders:GritLMEncoder", "GritLM-7B through the gritlm package")
+ENCODERS.register("openai_compatible", "hipporag2.embed.openai_embed:OpenAICompatibleEncoder",
+                  "any OpenAI-compatible /v1/embeddings server (vLLM, TEI, a hosted API)")
+
+ENCODER_RUNNERS = family("encoder_runners", "embedding.runner", "Where an in-house encoder backend runs (docs/encoders.md).")
+ENCODER_RUNNERS.register("in_process", None, "in this process, under the main environment's transformers")
+ENCODER_RUNNERS.register("worker", "hipporag2.embed.worker:WorkerEncoder",
+                         "a process of the encoder environment (embedding.env, `make setup-encoders`) over pipes")
+
+EMBED_TRUNCATION = family("embed_truncation", "embedding.truncation",
+                          "How an embeddings server is asked to cut inputs to embedding.max_length tokens.")
+EMBED_TRUNCATION.register("vllm", None, "vLLM: `truncate_prompt_tokens` = max_length in each request")
+EMBED_TRUNCATION.register("tei", None, "Text Embeddings Inference: `truncate: true` (its own --max-input-length)")
+EMBED_TRUNCATION.register("none", None, "ask nothing (an oversized input is the server's error)")
 
 LLM_BACKENDS = family("llm_backends", "llm.backend", "Where LLM calls go (configs/llm/*.yaml pick one).")
 LLM_BACKENDS.register("transformers", "hipporag2.llm.transformers_backend:TransformersLLM",
