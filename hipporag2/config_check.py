@@ -180,6 +180,25 @@ def check_llm_available(cfg: Config) -> None:
         )
 
 
+def check_encoder_available(cfg: Config) -> None:
+    """The encoder can run where its preset says, before any work: its environment
+    exists with the pinned versions (runner=worker), remote code meets a vetted
+    transformers, an embeddings server has a URL (its model is checked on first contact)."""
+    from hipporag2.registry import ENCODER_METHODS
+
+    e = cfg.embedding
+    if cfg.retrieval.method not in ENCODER_METHODS:
+        return
+    if e.backend == "openai_compatible":
+        missing = [k for k in ("base_url", "model") if not getattr(e, k)]
+        if missing:
+            raise ConfigError(f"embedding.backend=openai_compatible needs embedding.{missing[0]}")
+        return
+    from hipporag2.embed.worker import encoder_environment
+
+    encoder_environment(e)
+
+
 # ---- the command line ------------------------------------------------------------
 
 
@@ -235,6 +254,7 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
     GlobalHydra.instance().clear()
     first: Optional[Config] = None
     checked_inputs: set = set()
+    checked_encoders: set = set()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         try:
             jobs = job_overrides(overrides, multirun, compose_fn)
@@ -252,6 +272,9 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
             except (HydraException, OmegaConfBaseException) as e:
                 raise ConfigError(explain_hydra_error(e, job)) from None
             check_llm_available(cfg)
+            if repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder of a sweep
+                checked_encoders.add(repr(cfg.embedding))
+                check_encoder_available(cfg)
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,
                       cfg.retrieval.linking)
             if inputs not in checked_inputs:  # the files a job names exist and parse (once per distinct set)
