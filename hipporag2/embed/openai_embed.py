@@ -106,7 +106,7 @@ class OpenAICompatibleEncoder(Encoder):
                                     limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
         self._lock = threading.Lock()
         self.texts_answered = 0  # texts whose vectors came back (each counted once)
-        self.texts_sent = 0  # texts put in a request, retries included
+        self.texts_sent = 0  # texts put in a request, every attempt counted
         self.retried_requests = 0
         self.check_model()
         self.probe = self._post([PROBE_TEXT])[0]
@@ -150,7 +150,10 @@ class OpenAICompatibleEncoder(Encoder):
             if stored.shape == probe.shape and float(stored @ probe) >= SAME_MODEL_COSINE:
                 return folder.name
         digest = hashlib.sha256(np.round(probe, 3).tobytes()).hexdigest()[:8]
-        name = f"{base}-{digest}"
+        name, n = f"{base}-{digest}", 1
+        while (root / name).exists():  # taken by answers this server does not reproduce
+            n += 1
+            name = f"{base}-{digest}-{n}"
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "probe.json").exists():
@@ -161,12 +164,14 @@ class OpenAICompatibleEncoder(Encoder):
         return name
 
     # -- requests ---------------------------------------------------------------
-    def _send(self, method: str, path: str, body: Optional[Dict[str, Any]]) -> httpx.Response:
+    def _send(self, method: str, path: str, body: Optional[Dict[str, Any]], n_texts: int = 0) -> httpx.Response:
         """One HTTP exchange, retried on transient failures within retry_window_s;
         a permanent failure raises EncoderError in one line."""
         deadline = time.monotonic() + self.cfg.retry_window_s
         attempt = 0
         while True:
+            with self._lock:
+                self.texts_sent += n_texts
             try:
                 r = self._client.request(method, self.base + path, json=body)
                 if r.status_code == 429 or r.status_code >= 500:
@@ -226,9 +231,7 @@ class OpenAICompatibleEncoder(Encoder):
         return body
 
     def _post(self, texts: List[str]) -> np.ndarray:
-        with self._lock:
-            self.texts_sent += len(texts)
-        r = self._send("POST", "/embeddings", self.payload(texts))
+        r = self._send("POST", "/embeddings", self.payload(texts), len(texts))
         try:
             data = sorted(r.json()["data"], key=lambda d: d["index"])
             rows = np.asarray([d["embedding"] for d in data], dtype=np.float32)
