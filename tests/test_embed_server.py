@@ -158,10 +158,26 @@ def served_run(shared_data, musique_hipporag2_run, vllm_minilm, tmp_path_factory
     cache = tmp_path_factory.mktemp("served_cache")
     run_dir = tmp_path_factory.mktemp("served_run")
     t0 = time.perf_counter()
-    report = musique_run(shared_data, cache, run_dir, *HIPPORAG2_NO_FILTER, "embedding=openai_compatible",
-                         "embedding.model=minilm", f"embedding.base_url={vllm_minilm.url}", "embedding.api_key_env=null")
+    # A key travels in the Authorization header (vLLM without --api-key ignores it) and
+    # must land in no file of the run or the cache.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HIPPORAG2_TEST_EMBED_KEY", SECRET)
+        report = musique_run(shared_data, cache, run_dir, *HIPPORAG2_NO_FILTER, "embedding=openai_compatible",
+                             "embedding.model=minilm", f"embedding.base_url={vllm_minilm.url}",
+                             "embedding.api_key_env=HIPPORAG2_TEST_EMBED_KEY")
     REPORT["served_run_s"] = round(time.perf_counter() - t0, 1)
     return run_dir, report, cache
+
+
+SECRET = "sk-test-embed-0123456789abcdef"
+
+
+def test_the_key_is_written_nowhere(served_run):
+    run_dir, _, cache = served_run
+    for root in (run_dir, cache):
+        for f in root.rglob("*"):
+            if f.is_file() and f.suffix in (".json", ".jsonl", ".log", ".yaml", ".txt", ""):
+                assert SECRET not in f.read_text(errors="replace"), f
 
 
 def _store_rows(folder: Path) -> Dict[str, np.ndarray]:
