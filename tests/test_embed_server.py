@@ -41,8 +41,10 @@ def _report():
     yield
     target = os.environ.get("HIPPORAG2_EMBED_REPORT")
     if target and REPORT:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_text(json.dumps(REPORT, indent=1) + "\n", encoding="utf-8")
+        path = Path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        path.write_text(json.dumps({**old, **REPORT}, indent=1) + "\n", encoding="utf-8")  # a -k run adds its part
 
 
 def served_cfg(url: str, **kw) -> EmbeddingConfig:
