@@ -1,7 +1,10 @@
 """Text encoders. Each returns L2-normalised float32 rows.
 
 Adding an encoder = one config file in configs/embedding/ and, if it needs its own
-loading code, one small class here registered in `hipporag2.registry.ENCODERS`.
+loading code, a branch in `model_worker` (the one place that loads and calls model
+code, in this process or in a worker of another environment) and one small class
+here registered in `hipporag2.registry.ENCODERS`. Where an encoder runs (here, a
+worker, a server) and what it is given: docs/encoders.md, `prompts`.
 """
 from __future__ import annotations
 
