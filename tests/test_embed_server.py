@@ -210,22 +210,35 @@ def test_served_vectors_equal_in_process_vectors_on_the_shared_set(served_run, m
 
 
 def test_served_run_ranks_as_the_in_process_run(served_run, musique_hipporag2_run):
-    served_dir, served_report, _ = served_run
-    local_dir, local_report = musique_hipporag2_run
+    """Vectors within ~2e-7 cosine: the same recall and the same top of every ranking.
+    The far tail may swap passages whose PPR scores differ in the last digits, and a
+    phrase pair at the 0.8 synonym threshold may fall either side (as between runs of
+    the in-process encoder on other hardware: tests/test_shared_musique.py)."""
+    served_dir, _, _ = served_run
+    local_dir, _ = musique_hipporag2_run
 
-    def rankings(run_dir: Path) -> List[List[str]]:
-        return [json.loads(line)["ranked"] for line in (run_dir / "retrieval.jsonl").read_text().splitlines() if line]
+    def rankings(run_dir: Path) -> List[List[int]]:
+        return [[r["corpus_idx"] for r in json.loads(line)["ranked"]]
+                for line in (run_dir / "retrieval.jsonl").read_text().splitlines() if line]
 
     mine, theirs = rankings(served_dir), rankings(local_dir)
-    assert len(mine) == len(theirs) == 1000
-    same_top5 = sum(set(a[:5]) == set(b[:5]) for a, b in zip(mine, theirs))
+    assert len(mine) == len(theirs) > 0
+    same_top10 = sum(a[:10] == b[:10] for a, b in zip(mine, theirs))
     identical = sum(a == b for a, b in zip(mine, theirs))
     served_metrics = json.loads((served_dir / "metrics.json").read_text())
     local_metrics = json.loads((local_dir / "metrics.json").read_text())
-    REPORT["shared_set_run"] = {"questions": len(mine), "identical_rankings": identical, "same_top5_sets": same_top5,
-                                "recall@5": served_metrics["recall@5"], "in_process_recall@5": local_metrics["recall@5"],
-                                "recall@2": served_metrics["recall@2"], "in_process_recall@2": local_metrics["recall@2"]}
+    served_graph = json.loads((served_dir / "graph_stats.json").read_text())
+    local_graph = json.loads((local_dir / "graph_stats.json").read_text())
+    REPORT["shared_set_run"] = {
+        "questions": len(mine), "same_order_top10": same_top10, "identical_rankings": identical,
+        "recall@2": served_metrics["recall@2"], "in_process_recall@2": local_metrics["recall@2"],
+        "recall@5": served_metrics["recall@5"], "in_process_recall@5": local_metrics["recall@5"],
+        "synonym_edges": served_graph["synonym_edges"], "in_process_synonym_edges": local_graph["synonym_edges"]}
     print(REPORT["shared_set_run"])
-    assert served_metrics["recall@5"] == local_metrics["recall@5"] and served_metrics["recall@2"] == local_metrics["recall@2"]
-    assert same_top5 == len(mine)
-    assert json.loads((served_dir / "graph_stats.json").read_text()) == json.loads((local_dir / "graph_stats.json").read_text())
+    for k in ("recall@1", "recall@2", "recall@5", "recall@10"):
+        assert served_metrics[k] == local_metrics[k], k
+    assert same_top10 == len(mine)
+    near_threshold = ("synonym_edges", "edges_total", "relation_pairs_replaced_by_synonym")
+    assert {k: v for k, v in served_graph.items() if k not in near_threshold} == \
+        {k: v for k, v in local_graph.items() if k not in near_threshold}
+    assert all(abs(served_graph[k] - local_graph[k]) <= 10 for k in near_threshold)
