@@ -88,7 +88,6 @@ class WorkerEncoder(Encoder):
         self.log_path = Path(name)
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # the worker imports nothing of ours
-        env.setdefault("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
         with open(self.log_path, "wb") as err:
             self.proc = subprocess.Popen([str(env_python(cfg)), str(WORKER_SCRIPT)], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, text=True, env=env, bufsize=1)
