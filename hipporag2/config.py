@@ -137,6 +137,10 @@ class RetrievalConfig:
     v1_scoring: str = "legacy"
     # registry.PPR_SOLVERS: prpack (reference, one igraph call per query), batched, ...
     ppr_solver: str = "prpack"
+    # Threads of the batched solver; None = the cores this process may use (its CPU affinity).
+    ppr_threads: Optional[int] = None
+    # The batched solver's L1 error bound per PPR vector (prpack stops at 1e-10).
+    ppr_tol: float = 1e-11
     # How many queries to solve at once with a batched solver.
     query_batch_size: int = 256
     # Graph methods: the largest share of queries that may fall back to the dense
@@ -199,6 +203,10 @@ def validate(cfg: Config) -> Config:
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
+    if r.ppr_threads is not None and r.ppr_threads < 1:
+        problems.append(f"retrieval.ppr_threads={r.ppr_threads} must be >= 1 (or null: the usable cores)")
+    if not 0.0 < r.ppr_tol <= 1e-8:
+        problems.append(f"retrieval.ppr_tol={r.ppr_tol} must be in (0, 1e-8] (the agreement promised with prpack)")
     if not 0.0 <= r.max_fallback_rate <= 1.0:
         problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
     if not 0.0 <= cfg.openie.min_coverage <= 1.0:

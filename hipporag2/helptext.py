@@ -95,6 +95,8 @@ KEY_HELP: Dict[str, str] = {
     "retrieval.node_specificity": "divide a phrase seed by the number of passages mentioning it",
     "retrieval.passage_seed_top_k": "ablation: seed only the top-k passages by dense score (null: all)",
     "retrieval.ppr_solver": "prpack (reference igraph call per query) | batched (many queries at once)",
+    "retrieval.ppr_threads": "threads of the batched PPR solver (null: the cores this process may use)",
+    "retrieval.ppr_tol": "L1 error bound of the batched PPR solver per query (1e-11)",
     "retrieval.query_batch_size": "queries per retrieval block and checkpoint",
     "retrieval.max_fallback_rate": "largest share of queries that may fall back to dense before a graph run stops (0.5; 1 accepts all)",
     "qa.name": "QA preset name (the qa group option)",
@@ -120,7 +122,7 @@ NOT_RESULT_CHANGING = frozenset({
     "llm.tensor_parallel_size", "llm.gpu_memory_utilization", "llm.device", "llm.batch_size", "llm.cpu_threads",
     "llm.gguf_convert", "llm.share_prompt_prefix", "llm.model_cache_dir", "llm.on_failure",
     "llm.enable_prefix_caching", "llm.enforce_eager", "llm.transcript_path",
-    "graph.knn_block_size", "retrieval.query_batch_size", "retrieval.max_fallback_rate", "qa.chunk_size",
+    "graph.knn_block_size", "retrieval.query_batch_size", "retrieval.ppr_threads", "retrieval.max_fallback_rate", "qa.chunk_size",
     "data_dir", "run_dir", "cache_dir", "recall_k", "progress", "checkpoint_s",
 })
 

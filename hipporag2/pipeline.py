@@ -36,7 +36,6 @@ from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.gc_pause import collections_paused, long_lived_frozen
 from hipporag2.gates import check_fallback_rate, check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
@@ -140,10 +139,7 @@ class LazyLLM:
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
     if cfg.openie.import_path:
-        # the file's ~100k lists and dicts are kept through the run and hold no cycles:
-        # collections during its parse would walk them (and everything alive) to find nothing
-        with long_lived_frozen(), collections_paused():
-            imp = import_openie(cfg.openie.import_path, corpus)
+        imp = import_openie(cfg.openie.import_path, corpus)
         report.update(
             openie_source=str(cfg.openie.import_path),
             openie_passages_missing=len(imp.missing),
@@ -240,10 +236,7 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     from hipporag2.retrieve.factory import unread_embeddings
 
     defer = unread_embeddings(cfg)
-    # the OpenIE records, corpus and modules alive now are not garbage: a full collection
-    # that the index's ~100k new objects set off walks only those (gc_pause)
-    with long_lived_frozen():
-        index = _load_verified(path, report, timings, under_lock=False, defer=defer)
+    index = _load_verified(path, report, timings, under_lock=False, defer=defer)
     if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
@@ -279,7 +272,7 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
     elif cfg.retrieval.method == "dense":
         with timings.stage("embed_passages"):
             parts.passage_emb = store.embed(corpus.strings, desc="embed passages", progress=cfg.progress)
-    with timings.stage("retrieval_setup"), long_lived_frozen():  # the imports' collections skip the index
+    with timings.stage("retrieval_setup"):
         retriever = build_retriever(parts)
     return retriever, parts.index
 
@@ -358,9 +351,7 @@ class RetrievalCheckpoint:
         """Persist a finished block; returns its results as read back from JSON (so a
         resumed and an uninterrupted run hold exactly the same values)."""
         # json.dumps({"start": start, "rows": [...]}) and its json.loads, made cheaper (result_lines);
-        # the values read back are acyclic: no collection need walk them (or the block's results)
-        with collections_paused():
-            block = checkpoint_block(start, results)
+        block = checkpoint_block(start, results)
         self._log.write_text(block.text)
         self.results.extend(block.results)
         self.score_texts.extend(block.score_texts)
@@ -376,8 +367,7 @@ class RetrievalCheckpoint:
 def retrieve_checkpointed(retriever, queries: List[Query], ckpt: RetrievalCheckpoint, timings: Timings) -> Tuple[List[RetrievalResult], int]:
     """Results for all queries, and how many of them came from the checkpoint."""
     done = ckpt.resume()
-    # long_lived_frozen: collections walk what retrieval allocates, not the index (gc_pause)
-    with timings.stage("retrieval"), long_lived_frozen():
+    with timings.stage("retrieval"):
         try:
             for start in range(done, len(queries), ckpt.block_size):
                 block = queries[start : start + ckpt.block_size]

@@ -182,8 +182,8 @@ GRAPH_METHODS = RETRIEVERS.names_needing("graph")
 ENCODER_METHODS = RETRIEVERS.names_needing("encoder")
 
 PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRank solver.")
-PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr:PrpackSolver", "igraph prpack, one call per query (the reference's)")
-PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr:BatchedSolver", "many queries per solve on a sparse matrix (same scores within 1e-11; numpy on small graphs, numba loops on large ones)")
+PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr.prpack:PrpackSolver", "igraph prpack, one call per query (the reference's)")
+PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr.batched:BatchedSolver", "many queries per solve on compiled sparse loops (same scores within retrieval.ppr_tol, 1e-11)")
 
 LINKING = family("linking", "retrieval.linking", "How a query is linked to phrase nodes (SPEC §3-4).")
 LINKING.register("query_to_triple", None, "query embedding against fact embeddings (HippoRAG 2)")
