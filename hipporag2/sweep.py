@@ -34,13 +34,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Query
+from hipporag2.retrieve import seeds as seeding
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.retrieve.graph_retriever import query_result
-from hipporag2.retrieve import seeds as seeding
 from hipporag2.retrieve.ppr import OutputBuffer
 
 log = logging.getLogger("hipporag2")

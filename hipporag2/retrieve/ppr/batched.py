@@ -222,8 +222,7 @@ class BatchedSolver:
             K.scatter_answers(zs[d], indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, divisor, factor,
                               out[k, rows], j0)
 
-    def _limit(self, d: float) -> float:
-        """Largest ||rho||_1 for `solve_many`'s bound: y within tol / 2 relative to the reset's sum."""
+    def _limit(self, d: float) -> float:  # largest ||rho||_1 for y within tol / 2 relative to the reset's sum
         return self.tol * (1.0 - d) / (2.0 * d)
 
     def _product(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
@@ -307,8 +306,7 @@ class BatchedSolver:
         d0 = ds[0]
         K_ = len(ds)
         shifts = [d0 / d - 1.0 for d in ds]
-        # _polish's power step shrinks the error by d, so CG may stop that much earlier
-        stops = np.array([self.tol * (1.0 - d) / (2.0 * d) for d in ds])
+        stops = np.array([self._limit(d) for d in ds])  # before _polish's power step, which shrinks it by d
         c = b.shape[1]
         r, p = b.copy(), b.copy()
         w = [np.zeros_like(b) for _ in range(K_)]  # None once that damping is frozen

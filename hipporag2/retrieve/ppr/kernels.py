@@ -20,19 +20,14 @@ step lengths need dot products over the whole block first).
 """
 from __future__ import annotations
 
-import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-# how many nonzeros ahead the product prefetches the row it will gather (6-12 measured equal)
-PREFETCH_AHEAD = 8
-
-
-# block widths whose rows are summed in vector registers (`_panel_row_into`); other widths
-# take a loop over the row in memory. 32 is the solver's block (`prepare.block_size_for`), 16
-# and 8 its narrower ones; a call's last block may be narrower still.
+PREFETCH_AHEAD = 8  # nonzeros ahead the product prefetches the row it will gather (6-12 measured equal)
+# block widths summed in vector registers (`_panel_row_into`), the solver's blocks
+# (`prepare.block_size_for`); other widths (a call's last block) loop over the row in memory
 REGISTER_WIDTHS = (8, 16, 32)
 
 
@@ -42,16 +37,12 @@ def _panel_row_into(typingctx, indptr, indices, data, x, p, i, out, o, load):
     the gather every pass is made of, with a prefetch of the row PREFETCH_AHEAD nonzeros on.
 
     numba's loop `acc[i, k] += v * x[j, k]` over a runtime width loads and stores acc's
-    row for every nonzero (it cannot prove acc and x apart), checks them for overlap and
-    handles a remainder, and LLVM does not turn 32 scalar accumulators into vectors. So
-    the loop is written here in LLVM IR: for a width in REGISTER_WIDTHS the row of sums
-    stays in 256-bit registers (4 float32 or 8 float64 of them at 32), and a nonzero
-    costs a broadcast of its value and, per register, one load of x's row, a multiply
-    and an add; other widths sum into out's row in memory. Both add in the same order
-    as that numba loop, so the sums are bitwise the same. It is an intrinsic rather
-    than an inlined numba function, as those cost reference counting per call (per row).
-    x and out: of data's dtype (float32 or float64), x's width is out's; registers only
-    when both are C-contiguous (any other layout takes the loop in memory).
+    row for every nonzero (it cannot prove acc and x apart), and LLVM does not turn 32
+    scalar accumulators into vectors. So for a width in REGISTER_WIDTHS the row of sums
+    stays in 256-bit registers, and a nonzero costs a broadcast of its value and, per
+    register, a load of x's row, a multiply and an add; other widths (or layouts other
+    than C-contiguous) sum into out's row in memory, in the same order, so with the same
+    bits. x and out: of data's dtype, x's width is out's.
     """
     if not all(isinstance(a, types.Array) for a in (indptr, indices, data, x, out)):
         return None

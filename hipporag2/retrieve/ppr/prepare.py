@@ -88,11 +88,6 @@ class PreparedGraph:
     interval: tuple[float, float] | None = None
 
     @property
-    def dangling(self) -> np.ndarray:
-        """Nodes without edges (y = u there), in the graph's numbering."""
-        return np.flatnonzero(self.pos >= self.n_active)
-
-    @property
     def active(self) -> np.ndarray:
         """The nodes with edges, in the block's order."""
         order = np.empty(self.n, dtype=np.int64)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-
 import scipy.sparse as sp
 
 from hipporag2.atomicio import fsync_dir, sha256_file
