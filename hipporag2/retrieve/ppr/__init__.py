@@ -17,13 +17,9 @@ def make_solver(name: str, graph, **settings) -> PPRSolver:
 
 def make_index_solver(name: str, edges, igraph_graph, cache_dir=None, threads: int | None = None,
                       tol: float | None = None) -> PPRSolver:
-    """The solver `name` for an index's graph: from its edge arrays when the solver can
-    start from them (`from_edges`: no igraph graph, preparation cached in `cache_dir`),
-    else from the igraph graph `igraph_graph()` returns (built only then)."""
+    """The solver `name` for an index's graph (`PPRSolver.for_index`): `edges` its edge
+    arrays, `igraph_graph()` builds its igraph graph (only for a solver that needs one),
+    `cache_dir` where a solver may keep its preparation."""
     from hipporag2.registry import PPR_SOLVERS
 
-    cls = PPR_SOLVERS.load(name)
-    from_edges = getattr(cls, "from_edges", None)
-    if from_edges is not None:
-        return from_edges(edges, cache_dir, n_threads=threads, tol=tol)
-    return cls(igraph_graph())
+    return PPR_SOLVERS.load(name).for_index(edges, igraph_graph, cache_dir, n_threads=threads, tol=tol)

@@ -19,6 +19,12 @@ class PPRSolver(Protocol):
     # queries worth handing over per call: the retriever cuts its blocks into pieces of this
     batch_size: int
 
+    @classmethod
+    def for_index(cls, edges, igraph_graph, cache_dir=None, n_threads: int | None = None,
+                  tol: float | None = None) -> "PPRSolver":
+        """The solver over an index's graph: `edges` (`graph.build.GraphEdges`), or the igraph
+        graph `igraph_graph()` builds; `cache_dir` may hold a saved preparation."""
+
     def solve(self, resets, damping: float, out: np.ndarray | None = None,
               columns: slice | None = None) -> np.ndarray:
         """PPR of each reset row: (q, n), or only the nodes `columns` (a slice with step 1:

@@ -84,6 +84,10 @@ class BatchedSolver:
         prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
         return cls.from_prepared(prep, TOL if tol is None else tol, n_threads, max_iter)
 
+    @classmethod
+    def for_index(cls, edges, igraph_graph, cache_dir=None, n_threads=None, tol=None) -> "BatchedSolver":
+        return cls.from_edges(edges, cache_dir, n_threads=n_threads, tol=tol)  # no igraph graph needed
+
     def _setup(self, prep: PreparedGraph, tol: float, n_threads: int | None, max_iter: int) -> None:
         self.prepared = prep
         self.n, self.n_active = prep.n, prep.n_active
@@ -226,14 +230,11 @@ class BatchedSolver:
         return self.tol * (1.0 - d) / (2.0 * d)
 
     def _product(self, x: np.ndarray, d: float, out: np.ndarray | None = None) -> np.ndarray:
-        """x - d S x (C-contiguous blocks only: numba compiles one version per layout)."""
+        """x - d S x (C-contiguous blocks: numba compiles one version per layout)."""
         x = np.ascontiguousarray(x, dtype=np.float64)
-        dst = out if out is not None and out.flags.c_contiguous else np.empty(x.shape)
-        p = self.panels
-        K.shifted_product(p.indptr, p.indices, p.data, float(d), x, dst)
-        if out is not None and dst is not out:
-            out[...] = dst
-        return dst if out is None else out
+        out = np.empty(x.shape) if out is None else out
+        K.shifted_product(self.panels.indptr, self.panels.indices, self.panels.data, float(d), x, out)
+        return out
 
     def _l1(self, r: np.ndarray) -> np.ndarray:
         """||D^1/2 r||_1 per column: the y-space residual's L1 norm."""
@@ -352,7 +353,7 @@ class BatchedSolver:
                     ps = [None if x is None else x[:, keep] for x in ps]
                     zeta, zeta_prev = zeta[:, keep], zeta_prev[:, keep]
                     alpha_prev, beta_prev = alpha_prev[keep], beta_prev[keep]
-                    qv = np.empty_like(r)
+                    qv = np.empty(r.shape)  # C order, as the product writes it (r is F after the column cut)
             it += 1
             since_check += 1
             self._product(p, d0, out=qv)

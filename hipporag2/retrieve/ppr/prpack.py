@@ -21,6 +21,10 @@ class PrpackSolver:
         self.graph = graph
         self._weights = "weight" if "weight" in graph.es.attributes() else None
 
+    @classmethod
+    def for_index(cls, edges, igraph_graph, cache_dir=None, n_threads=None, tol=None) -> "PrpackSolver":
+        return cls(igraph_graph())
+
     def _one(self, reset: np.ndarray, damping: float) -> np.ndarray:
         return np.asarray(self.graph.personalized_pagerank(
             vertices=range(self.graph.vcount()), damping=damping, directed=False, weights=self._weights,

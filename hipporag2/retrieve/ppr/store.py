@@ -1,15 +1,8 @@
-"""The batched PPR solver's one-off preparation, saved beside an index and loaded back.
-
-Preparing a graph (`prepare.py`: S, its panels, the components, the spectral interval
-by Lanczos) costs seconds every run would pay again (results/perf/). It depends only on
-the edges the solver sees and on the block size, so it is saved once, in
-`<index>/ppr/<key>/`, keyed by a digest of exactly those, and memory-mapped on later opens.
-
-Files are written into a temporary folder with a manifest of sha256 sums, which is
-renamed into place; a folder whose files do not match its manifest is removed and
-prepared again (with a warning), like a corrupt index. An index rebuilt in place
-replaces the whole index folder, and with it these.
-"""
+"""The batched solver's preparation (`prepare.py`, seconds a run would pay again), saved
+in `<index>/ppr/<key>/`, keyed by a digest of what it depends on (the edges the solver
+sees, the block size), and memory-mapped on later opens. Files are written into a
+temporary folder with a manifest of sha256 sums, renamed into place; a folder whose
+files do not match its manifest is removed and prepared again (with a warning)."""
 from __future__ import annotations
 
 import hashlib
