@@ -96,6 +96,7 @@ class BatchedSolver:
         self.max_iter = int(max_iter)
         self.n_threads = max(1, n_threads or default_threads())
         self.pos, self.sqrt_deg, self.active = prep.pos, prep.sqrt_deg, prep.active
+        self._dangling = prep.pos >= prep.n_active  # nodes without edges
         self.panels = prep.panels
         self.components = prep.components()
         self._comp_of, self._comp_val = prep.comp_of, prep.comp_val  # V @ beta as a gather
@@ -202,7 +203,7 @@ class BatchedSolver:
         `solve_many` keeps y within tol / 2 relative to the row's sum (`_limit`).
         """
         indptr = R.indptr[rows.start : rows.stop + 1]  # absolute offsets into R's arrays: no copy
-        u_dangling = clean_row_sums(R, self.pos >= self.n_active, rows) / scale
+        u_dangling = clean_row_sums(R, self._dangling, rows) / scale
         ones = np.ones(len(scale))
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         zs = {}
