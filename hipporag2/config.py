@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hipporag2.baselines.config import RaptorConfig, check_raptor
 from hipporag2.errors import ConfigError
 from hipporag2.llm.config import LLMConfig
 from hipporag2.registry import check_config
@@ -165,6 +166,10 @@ class QAConfig:
     # checkpoint_s, and each finished call is appended to the run's qa.partial.jsonl,
     # so a QA stage interrupted part-way asks only the unfinished questions again.
     chunk_size: int = 256
+    # Most share of reader calls that may fail in the LLM (after its retries) before
+    # the run stops, once the answers are saved (hipporag2/gates.py). 0: any failure
+    # stops it, because a failed call would otherwise be scored as a wrong answer.
+    max_failure_rate: float = 0.0
 
 
 @dataclass
@@ -176,6 +181,8 @@ class Config:
     graph: GraphConfig = field(default_factory=GraphConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     qa: QAConfig = field(default_factory=QAConfig)
+    # baselines (hipporag2/baselines): read only when retrieval.method names one
+    raptor: RaptorConfig = field(default_factory=RaptorConfig)
     data_dir: str = "data"
     run_dir: str = MISSING
     # Content-addressed artefacts shared by runs (OpenIE, embeddings, graphs, LLM cache).
@@ -200,6 +207,7 @@ def validate(cfg: Config) -> Config:
     """Range and choice checks that a dataclass type alone cannot express."""
     # Choice fields (method, solver, backends, ...): the registries are the one list.
     problems = check_config(cfg)
+    problems += check_raptor(cfg.raptor) if hasattr(cfg, "raptor") else []
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
@@ -209,10 +217,15 @@ def validate(cfg: Config) -> Config:
         problems.append(f"retrieval.ppr_tol={r.ppr_tol} must be in (0, 1e-8] (the agreement promised with prpack)")
     if not 0.0 <= r.max_fallback_rate <= 1.0:
         problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if not 0.0 <= cfg.qa.max_failure_rate <= 1.0:
+        problems.append(f"qa.max_failure_rate={cfg.qa.max_failure_rate} must be in [0, 1]")
     if not 0.0 <= cfg.openie.min_coverage <= 1.0:
         problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:
         problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
+    if r.method == "none" and not cfg.qa.enabled:
+        problems.append("retrieval.method=none retrieves nothing: it is the reader without passages, so it needs "
+                        "qa=reader (and an llm)")
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
         if _get(cfg, key) < 1:
             problems.append(f"{key}={_get(cfg, key)} must be >= 1")
