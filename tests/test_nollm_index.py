@@ -161,12 +161,12 @@ def test_spacy_index_refuses_fact_linking():
 
 @pytest.mark.shared_data
 def test_spacy_index_runs_without_llm_on_real_questions(nlp, shared_data, tmp_path):
-    """The last 10 shared MuSiQue questions with their own 20 passages each, as a
+    """The last 5 shared MuSiQue questions with their own 20 passages each, as a
     corpus of its own: openie=spacy, llm=none, no OpenIE file, both linkings."""
     from hipporag2.cli import compose
     from hipporag2.pipeline import run
 
-    qs = json.loads((shared_data / "musique_train.json").read_text())[-10:]
+    qs = json.loads((shared_data / "musique_train.json").read_text())[-5:]
     corpus = list({(p["title"], p["paragraph_text"]): None for q in qs for p in q["paragraphs"]})
     data = tmp_path / "data"
     data.mkdir()
