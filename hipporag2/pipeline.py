@@ -475,6 +475,13 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
     return out
 
 
+def llm_failures(usage: Dict[str, Dict[str, int]]) -> Dict[str, int]:
+    """Calls that failed in the LLM after its retries, by stage (openie_ner, openie_triples,
+    query_ner, filter, qa), for metrics.json and the printed summary: a query-time stage
+    goes on without the answer (no NER entities, no kept fact), which must show."""
+    return {stage: int(u.get("failures", 0)) for stage, u in usage.items()}
+
+
 def run(cfg: Config) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -545,6 +552,7 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
         check_fallback_rate(cfg.retrieval.method, count_fallbacks(results), len(results),
                             cfg.retrieval.max_fallback_rate, int(index.stats.get("facts", 0)))
     report.update(llm_stage_stats(retriever))
+    method_report = getattr(retriever, "run_report", None)  # a baseline's own counters (hipporag2/baselines)
     strings = corpus.strings
     write_retrieval_jsonl(run_dir / "retrieval.jsonl", queries, results, corpus, ckpt.score_texts)
     crash_point("retrieval_written")
@@ -555,8 +563,11 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
 
         with timings.stage("qa"):
             report.update(run_qa(cfg, llm.get(), queries, corpus, results, run_dir))
+    if method_report is not None:
+        report.update(method_report(queries, results, corpus, cfg.recall_k, timings))
     if llm.usage():
         report["llm_usage"] = llm.usage()
+        report["llm_failures"] = llm_failures(llm.usage())
     if llm.engine_report():
         report["llm_engine"] = llm.engine_report()
     llm.close()  # the last LLM stage is done (a failed run relies on the backend's atexit)

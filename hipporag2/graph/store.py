@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hipporag2.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file
+from hipporag2.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file, storage_error
 from hipporag2.gc_pause import collections_paused
 from hipporag2.graph.build import GraphEdges
 from hipporag2.graph.triples import Triple
@@ -245,12 +245,21 @@ def _save_text(path: Path, text: str) -> None:
 def save_index(index: Index, path: Path | str) -> None:
     """Write to `PATH.tmp-PID/`, fsync every file, write the manifest last, then swap
     the folder into place. A kill at any point leaves no folder with a manifest that
-    does not describe it."""
+    does not describe it; a write the system refuses (a full disk) removes the temp
+    folder and raises `atomicio.StorageError`."""
     path = Path(path)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    try:
+        _save_index(index, path, tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise storage_error(e, path, "index") from None
+
+
+def _save_index(index: Index, path: Path, tmp: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Callers hold the index's file lock: any temp of this index is a killed build's.
     remove_stale_temps(path.parent, prefix=path.name + ".", any_pid=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
