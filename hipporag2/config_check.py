@@ -160,11 +160,12 @@ def llm_uses(cfg: Config) -> List[str]:
     r = cfg.retrieval
     uses = []
     graph = r.method in ("hipporag2", "hipporag1")
-    if graph and not cfg.openie.import_path:
+    spacy = cfg.openie.name == "spacy"  # no LLM at index time, nor for query NER
+    if graph and not cfg.openie.import_path and not spacy:
         uses.append("fresh OpenIE (openie.import_path is not set)")
     if graph and r.filter == "llm" and r.linking == "query_to_triple":
         uses.append("retrieval.filter=llm")
-    if graph and r.linking == "ner_to_node":
+    if graph and r.linking == "ner_to_node" and not spacy:
         uses.append("query NER (retrieval.linking=ner_to_node)")
     if cfg.qa.enabled:
         uses.append("QA (qa.enabled)")

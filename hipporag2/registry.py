@@ -231,6 +231,19 @@ OPENIE_PARSERS.register("reference", "hipporag2.openie.parse_reference:READER",
 OPENIE_PARSERS.register("lenient", "hipporag2.openie.parse:LENIENT_READER",
                         "code fences, Python style, bare lists, renamed keys, truncation repair at any cut")
 
+OPENIE_METHODS = family("openie_methods", "openie.name", "Where the index's phrases come from (configs/openie/*.yaml pick one).")
+OPENIE_METHODS.register("import", "hipporag2.pipeline:get_openie",
+                        "LLM OpenIE: an imported interchange file (openie.import_path) or a fresh extraction with llm=...")
+OPENIE_METHODS.register("spacy", "hipporag2.openie.spacy_extract:spacy_corpus",
+                        "no LLM: a spaCy pipeline's named entities (and noun chunks) by sentence; no facts, so link "
+                        "query_to_node or ner_to_node (issue 27)")
+
+FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.")
+FUSIONS.register("none", None, "the PPR ranking (the paper)")
+FUSIONS.register("rrf", "hipporag2.retrieve.fusion:reciprocal_rank_fusion",
+                 "PPR, dense and BM25 rankings fused by reciprocal rank (retrieval.rrf_k, retrieval.rrf_weights); "
+                 "a query without graph seeds is ranked by dense and BM25 alone")
+
 QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.")
 QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_reference",
                            "as the reference: the text between the first `Answer:` and the next, else the whole reply")
