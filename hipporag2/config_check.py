@@ -160,11 +160,12 @@ def llm_uses(cfg: Config) -> List[str]:
     r = cfg.retrieval
     uses = []
     graph = r.method in ("hipporag2", "hipporag1")
-    if graph and not cfg.openie.import_path:
+    spacy = cfg.openie.name == "spacy"  # no LLM at index time, nor for query NER
+    if graph and not cfg.openie.import_path and not spacy:
         uses.append("fresh OpenIE (openie.import_path is not set)")
     if graph and r.filter == "llm" and r.linking == "query_to_triple":
         uses.append("retrieval.filter=llm")
-    if graph and r.linking == "ner_to_node":
+    if graph and r.linking == "ner_to_node" and not spacy:
         uses.append("query NER (retrieval.linking=ner_to_node)")
     if cfg.qa.enabled:
         uses.append("QA (qa.enabled)")
@@ -228,8 +229,10 @@ def job_overrides(overrides: Sequence[str], multirun: bool, compose_fn) -> List[
     return [list(job) for batch in batches for job in batch]
 
 
-def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
+def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs: Optional[list] = None) -> Config:
     """Compose and check every job of the command line; the first job's Config.
+    `keep_jobs`, when given, receives (job overrides, composed config) of every job
+    (for `hipporag2 -m ... --cfg job`, which Hydra itself refuses).
 
     Raises ConfigError with a one-line message for any problem: a Hydra composition
     error, a key outside the schema (with or without `+`), a wrong type, a value out
@@ -275,6 +278,8 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
             if repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder of a sweep
                 checked_encoders.add(repr(cfg.embedding))
                 check_encoder_available(cfg)
+            if keep_jobs is not None:
+                keep_jobs.append((list(job), dcfg))
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,
                       cfg.retrieval.linking)
             if inputs not in checked_inputs:  # the files a job names exist and parse (once per distinct set)

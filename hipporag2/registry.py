@@ -189,14 +189,19 @@ RETRIEVERS.register("hipporag1", "hipporag2.retrieve.factory:graph_retriever",
 RETRIEVERS.register("dense", "hipporag2.retrieve.factory:dense_retriever", "dense passage retrieval with the configured encoder",
                     needs=("encoder",))
 RETRIEVERS.register("bm25", "hipporag2.retrieve.factory:bm25_retriever", "BM25 (bm25s, English stemmer and stopwords)")
+RETRIEVERS.register("none", "hipporag2.retrieve.factory:no_retriever",
+                    "no retrieval: an empty ranking, the reader answers from the question alone (Tables 2 / 8, row None)")
+RETRIEVERS.register("raptor", "hipporag2.baselines.raptor_index:raptor_retriever",
+                    "RAPTOR baseline: tree of LLM cluster summaries (UMAP + GMM), collapsed-tree retrieval (raptor.*)",
+                    needs=("encoder", "llm"))
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = RETRIEVERS.names_needing("graph")
 ENCODER_METHODS = RETRIEVERS.names_needing("encoder")
 
 PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRank solver.")
-PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr:PrpackSolver", "igraph prpack, one call per query (the reference's)")
-PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr:BatchedSolver", "many queries per solve on a sparse matrix (same scores within 1e-11; numpy on small graphs, numba loops on large ones)")
+PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr.prpack:PrpackSolver", "igraph prpack, one call per query (the reference's)")
+PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr.batched:BatchedSolver", "many queries per solve on compiled sparse loops (same scores within retrieval.ppr_tol, 1e-11)")
 
 LINKING = family("linking", "retrieval.linking", "How a query is linked to phrase nodes (SPEC §3-4).")
 LINKING.register("query_to_triple", None, "query embedding against fact embeddings (HippoRAG 2)")
@@ -239,6 +244,19 @@ OPENIE_PARSERS.register("reference", "hipporag2.openie.parse_reference:READER",
 OPENIE_PARSERS.register("lenient", "hipporag2.openie.parse:LENIENT_READER",
                         "code fences, Python style, bare lists, renamed keys, truncation repair at any cut")
 
+OPENIE_METHODS = family("openie_methods", "openie.name", "Where the index's phrases come from (configs/openie/*.yaml pick one).")
+OPENIE_METHODS.register("import", "hipporag2.pipeline:get_openie",
+                        "LLM OpenIE: an imported interchange file (openie.import_path) or a fresh extraction with llm=...")
+OPENIE_METHODS.register("spacy", "hipporag2.openie.spacy_extract:spacy_corpus",
+                        "no LLM: a spaCy pipeline's named entities (and noun chunks) by sentence; no facts, so link "
+                        "query_to_node or ner_to_node (issue 27)")
+
+FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.")
+FUSIONS.register("none", None, "the PPR ranking (the paper)")
+FUSIONS.register("rrf", "hipporag2.retrieve.fusion:reciprocal_rank_fusion",
+                 "PPR, dense and BM25 rankings fused by reciprocal rank (retrieval.rrf_k, retrieval.rrf_weights); "
+                 "a query without graph seeds is ranked by dense and BM25 alone")
+
 QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.")
 QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_reference",
                            "as the reference: the text between the first `Answer:` and the next, else the whole reply")
@@ -265,6 +283,7 @@ for _name, _summary in (
     ("table4", "Table 4: ablations, recall@5"),
     ("table5", "Table 5: passage_node_weight sweep, recall@5"),
     ("table7", "Table 7: retriever swap, recall@5"),
+    ("table8", "Table 8: QA EM / F1, both LLM blocks"),
     ("table9", "Table 9: recall@2 / recall@5"),
     ("table10", "Table 10: graph statistics"),
     ("table12", "Table 12: cost"),

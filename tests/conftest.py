@@ -242,7 +242,7 @@ MUSIQUE_GROUP = "musique"
 # files fill the gaps at the end.
 LONG_GROUPS = (MUSIQUE_GROUP, "tests/test_vllm_engine.py", "tests/test_reliability_interrupts.py::",
                "tests/test_reliability_gates.py", "tests/test_reliability_gates_clients.py",
-               "tests/test_reliability_crash.py",
+               "tests/test_reliability_crash.py", "tests/test_reliability_faults.py",
                # the vLLM start-up error checks (~36 CPU s): last in file order otherwise,
                # they ran alone at the very end of round 5's run
                "tests/test_vllm_engine.py::errors")

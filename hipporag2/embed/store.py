@@ -57,8 +57,7 @@ class EmbeddingStore:
     ):
         self.query_format = query_format
         self.passage_format = passage_format
-        self.dir = Path(root) / fingerprint
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = atomicio.make_dirs(Path(root) / fingerprint, "embedding cache folder")
         self._factory = encoder_factory
         self._encoder: Optional[Encoder] = None
         self.shard_size = shard_size
@@ -213,9 +212,9 @@ class EmbeddingStore:
         buf = io.BytesIO()
         np.save(buf, vecs)
         data = buf.getvalue()
-        atomicio.write_bytes(base.with_name(base.name + ".npy"), data)
+        atomicio.write_bytes(base.with_name(base.name + ".npy"), data, what="embedding shard")
         meta = {"format": 2, "rows": int(vecs.shape[0]), "dim": int(vecs.shape[1]), "sha256": hashlib.sha256(data).hexdigest(), "keys": keys}
-        atomicio.write_text(base.with_name(base.name + ".keys.json"), json.dumps(meta))
+        atomicio.write_text(base.with_name(base.name + ".keys.json"), json.dumps(meta), what="embedding shard keys")
 
 
 def open_store(cache_dir: Path | str, cfg, checkpoint_s: float = 30.0) -> EmbeddingStore:
