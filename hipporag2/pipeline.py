@@ -26,7 +26,7 @@ from hipporag2.api import HippoRAG
 from hipporag2.atomicio import crash_point
 from hipporag2.config import Config
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.redact import install_log_redaction, redact_hydra_dir, url_has_credentials
+from hipporag2.redact import install_log_redaction, redact_hydra_dir, register_key_env, url_has_credentials
 from hipporag2.results import RunReport
 from hipporag2.run_files import RetrievalFile, retrieval_key, write_run
 from hipporag2.stages import (  # noqa: F401 (re-exported)
@@ -59,6 +59,7 @@ def run(cfg: Config, overrides: Optional[Sequence[str]] = None) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     install_log_redaction(cfg.llm.api_key_env)
+    register_key_env(cfg.embedding.api_key_env)
     # Hydra saved the composed config (and overrides) before this point.
     redact_hydra_dir(run_dir)
     if url_has_credentials(cfg.llm.base_url):

@@ -152,12 +152,9 @@ def retrieve_into(retriever, queries: Sequence, out: RetrievalFile, stage) -> Tu
     """Results for all queries, and how many of them a previous process had finished;
     each block is appended to `out` as it is done. `stage`: a context manager factory
     (Timings.stage) timing the work as "retrieval"."""
-    from hipporag2.gc_pause import long_lived_frozen
-
     results = out.resume()
     done = len(results)
-    # long_lived_frozen: collections walk what retrieval allocates, not the index (gc_pause)
-    with stage("retrieval"), long_lived_frozen():
+    with stage("retrieval"):
         try:
             for start in range(done, len(queries), out.block_size):
                 block = retriever.retrieve(queries[start : start + out.block_size])

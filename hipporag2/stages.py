@@ -35,7 +35,6 @@ from hipporag2.data.errors import DataError
 from hipporag2.data.inputs import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.gc_pause import collections_paused, long_lived_frozen
 from hipporag2.gates import check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
@@ -137,11 +136,11 @@ class LazyLLM:
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
+    if cfg.openie.name == "spacy":
+        raise ConfigError("openie=spacy makes phrases, not extractions: it is indexed by the CLI's get_index; "
+                          "the library's insert/delete do not support it yet")
     if cfg.openie.import_path:
-        # the file's ~100k lists and dicts are kept through the run and hold no cycles:
-        # collections during its parse would walk them (and everything alive) to find nothing
-        with long_lived_frozen(), collections_paused():
-            imp = import_openie(cfg.openie.import_path, corpus)
+        imp = import_openie(cfg.openie.import_path, corpus)
         report.update(
             openie_source=str(cfg.openie.import_path),
             openie_passages_missing=len(imp.missing),
@@ -227,21 +226,26 @@ def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool,
 
 
 def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings) -> Index:
+    sentences = None
     with timings.stage("openie"):
-        extractions, openie_key = get_openie(cfg, corpus, llm, report)
+        if cfg.openie.name == "spacy":  # no LLM, no facts: phrases by sentence (issue 27)
+            from hipporag2.openie.spacy_extract import spacy_corpus
+
+            extractions, (sentences, openie_key) = {}, spacy_corpus(cfg.openie, corpus.strings, cfg.cache_dir, report)
+        else:
+            extractions, openie_key = get_openie(cfg, corpus, llm, report)
     # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
+    # (openie=spacy makes no facts by design; its queries link to phrase nodes.)
+    fallback_gate = 1.0 if sentences is not None else cfg.retrieval.max_fallback_rate
     check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),
-                    len(corpus), cfg.retrieval.max_fallback_rate)
+                    len(corpus), fallback_gate)
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
     from hipporag2.retrieve.factory import unread_embeddings
 
     defer = unread_embeddings(cfg)
-    # the OpenIE records, corpus and modules alive now are not garbage: a full collection
-    # that the index's ~100k new objects set off walks only those (gc_pause)
-    with long_lived_frozen():
-        index = _load_verified(path, report, timings, under_lock=False, defer=defer)
+    index = _load_verified(path, report, timings, under_lock=False, defer=defer)
     if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
@@ -251,17 +255,18 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
             if index is None:
                 log.info("building index %s", path)
                 with timings.stage("index_build"):
-                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress)
+                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress,
+                                        sentence_phrases=sentences)
                     crash_point("index_built")
                     save_index(index, path)
                 crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
                 check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")),
-                                len(corpus), cfg.retrieval.max_fallback_rate)
+                                len(corpus), fallback_gate)
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
     check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")), len(corpus),
-                    cfg.retrieval.max_fallback_rate)
+                    fallback_gate)
     return index
 
 
@@ -277,7 +282,7 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
     elif cfg.retrieval.method == "dense":
         with timings.stage("embed_passages"):
             parts.passage_emb = store.embed(corpus.strings, desc="embed passages", progress=cfg.progress)
-    with timings.stage("retrieval_setup"), long_lived_frozen():  # the imports' collections skip the index
+    with timings.stage("retrieval_setup"):
         retriever = build_retriever(parts)
     return retriever, parts.index
 

@@ -1,18 +1,8 @@
-"""The batched PPR solver's one-off preparation, saved beside an index and loaded back.
-
-Preparing a MuSiQue-sized graph for `BatchedSolver` (the operator S in the solver's node order
-and in panels, the components, the spectral interval by Lanczos) takes seconds that
-every run would pay again: at full scale ~1 s for the operator and ~4 s for the
-interval, more than a hundred queries' PPR. It depends only on the edges the solver
-sees and on the block size, so it is saved once, in `<index>/ppr/<key>/`, keyed by a
-digest of exactly those, and memory-mapped on later opens (pages the solver does not
-touch, such as S itself once the interval is known, never become resident).
-
-Files are written into a temporary folder with a manifest of sha256 sums, which is
-renamed into place; a folder whose files do not match its manifest is removed and
-prepared again (with a warning), like a corrupt index. An index rebuilt in place
-replaces the whole index folder, and with it these.
-"""
+"""The batched solver's preparation (`prepare.py`, seconds a run would pay again), saved
+in `<index>/ppr/<key>/`, keyed by a digest of what it depends on (the edges the solver
+sees, the block size), and memory-mapped on later opens. Files are written into a
+temporary folder with a manifest of sha256 sums, renamed into place; a folder whose
+files do not match its manifest is removed and prepared again (with a warning)."""
 from __future__ import annotations
 
 import hashlib
@@ -24,15 +14,14 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import scipy.sparse as sp
 
 from hipporag2.atomicio import fsync_dir, sha256_file
-from hipporag2.retrieve.csr import CsrMatrix
-from hipporag2.retrieve.ppr import PreparedGraph, prepare_graph
-from hipporag2.retrieve.ppr_panels import Panels
+from hipporag2.retrieve.ppr.prepare import Panels, PreparedGraph, prepare_graph, spectral_interval
 
 log = logging.getLogger(__name__)
 
-# 2: nodes in reverse Cuthill-McKee order (`ppr.node_order`), was decreasing degree
+# 2: nodes in reverse Cuthill-McKee order (`prepare.node_order`), was decreasing degree
 FORMAT = 2
 ARRAYS = ("pos", "sqrt_deg", "S_indptr", "S_indices", "S_data", "panel_indptr", "panel_indices", "panel_data",
           "comp_of", "comp_val")
@@ -52,8 +41,6 @@ def save_prepared(prep: PreparedGraph, folder: Path | str) -> None:
     """Write `prep` (its interval found first) to `folder`, atomically; an existing folder is kept."""
     folder = Path(folder)
     if prep.interval is None and prep.n_active:
-        from hipporag2.retrieve.ppr import spectral_interval
-
         prep.interval = spectral_interval(prep.S, prep.components())
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
@@ -110,8 +97,7 @@ def load_prepared(folder: Path | str) -> Optional[PreparedGraph]:
         shutil.rmtree(folder, ignore_errors=True)
         return None
     na = int(meta["n_active"])
-    # no scipy here: a run on a saved preparation never imports it (`csr`); the arrays stay mapped
-    S = CsrMatrix(arrays["S_indptr"], arrays["S_indices"], arrays["S_data"], (na, na))
+    S = sp.csr_matrix((arrays["S_data"], arrays["S_indices"], arrays["S_indptr"]), shape=(na, na), copy=False)
     panels = Panels(arrays["panel_indptr"], arrays["panel_indices"], arrays["panel_data"])
     interval = tuple(meta["interval"]) if meta["interval"] else None
     return PreparedGraph(int(meta["n"]), int(meta["block_size"]), arrays["pos"], na, arrays["sqrt_deg"], S, panels,

@@ -1,67 +1,33 @@
-"""The two compiled loops behind `BatchedSolver`: S times a block, and a Chebyshev step.
+"""The compiled loops of the batched solver: S times a block, and a fused Chebyshev step.
 
-Both walk S stored in column panels (`Panels`). A product gathers one row of the
-dense block per nonzero; with ~2.7M nonzeros and a 100k-row block those gathers miss
-the cache and set the cost. Splitting S by column ranges keeps the rows gathered by
-one pass over a panel within a few MB, so they stay cached, while the output rows
-are visited once per panel in order. Even cached, each gather waits on memory, and the
-processor only looks a few nonzeros ahead on its own (each one is ~30 instructions
-of row arithmetic), so the loop prefetches the row it will gather `PREFETCH_AHEAD`
-nonzeros later: measured on the MuSiQue-sized graph, a step costs 0.7-0.9 instead of
-1.1-1.3 ms per column. They are numba functions that release the GIL, so
-`BatchedSolver` runs one block per thread.
+Both walk S stored in column panels (`prepare.Panels`). A product gathers one row of
+the dense block per nonzero, and those gathers miss the cache and set the cost.
+Splitting S by column ranges keeps the rows gathered by one pass over a panel within a
+few MB, so they stay cached, while the output rows are visited once per panel in
+order. Each gather still waits on memory, so the loop prefetches the row it will
+gather `PREFETCH_AHEAD` nonzeros later. The functions release the GIL, so the solver
+runs one block per thread.
 
 The row sum itself (`_panel_row_into`) is written in LLVM IR: for the solver's block
 widths the row of sums stays in vector registers for the whole row, where numba's loop
-over a runtime width loaded and stored it for every nonzero; a float32 Chebyshev step
-over a block of 32 costs ~1.3-1.5x less, a whole PPR solve at 1x ~1.35x less, with the
-same bits (results/perf/ppr_step_round4.md).
+over a runtime width loaded and stored it for every nonzero (same bits; the gain is in
+results/perf/ppr_step_round4.md).
 
 The Chebyshev step does its vector work inside the product's last panel, row by row,
 while the row is in cache: the residual, its weighted L1 norm and the next iterate
 cost no extra pass over the block. That is what conjugate gradients cannot do (its
-step lengths need dot products over the whole block first), and on a machine where
-the block does not fit in cache the extra passes cost about as much as the product.
+step lengths need dot products over the whole block first).
 """
 from __future__ import annotations
 
-import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from hipporag2.retrieve.ppr_panels import Panels  # noqa: F401  (re-exported: the kernels walk it)
-
-# how many nonzeros ahead the product prefetches the row it will gather; 6-12 were
-# equally good on the MuSiQue-sized graph, 2 and 24 worse
-PREFETCH_AHEAD = 8
-
-
-@intrinsic
-def _prefetch(typingctx, array, row, col):
-    """A read hint for array[row, col]'s cache line (LLVM's prefetch: no fault, no result)."""
-    if not (isinstance(array, types.Array) and array.ndim == 2):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aryty, rowty, colty = signature.args
-        ary = context.make_array(aryty)(context, builder, args[0])
-        inds = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], (rowty, colty))]
-        ptr = builder.bitcast(cgutils.get_item_pointer(context, builder, aryty, ary, inds), ir.IntType(8).as_pointer())
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
-        # read, keep in all cache levels, data cache
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(array, row, col), codegen
-
-
-# block widths whose rows are summed in vector registers (`_panel_row_into`); other widths
-# take a loop over the row in memory. 32 is the solver's block (`ppr.block_size_for`), 16
-# and 8 its narrower ones; a call's last block may be narrower still.
+PREFETCH_AHEAD = 8  # nonzeros ahead the product prefetches the row it will gather (6-12 measured equal)
+# block widths summed in vector registers (`_panel_row_into`), the solver's blocks
+# (`prepare.block_size_for`); other widths (a call's last block) loop over the row in memory
 REGISTER_WIDTHS = (8, 16, 32)
 
 
@@ -71,16 +37,12 @@ def _panel_row_into(typingctx, indptr, indices, data, x, p, i, out, o, load):
     the gather every pass is made of, with a prefetch of the row PREFETCH_AHEAD nonzeros on.
 
     numba's loop `acc[i, k] += v * x[j, k]` over a runtime width loads and stores acc's
-    row for every nonzero (it cannot prove acc and x apart), checks them for overlap and
-    handles a remainder, and LLVM does not turn 32 scalar accumulators into vectors. So
-    the loop is written here in LLVM IR: for a width in REGISTER_WIDTHS the row of sums
-    stays in 256-bit registers (4 float32 or 8 float64 of them at 32), and a nonzero
-    costs a broadcast of its value and, per register, one load of x's row, a multiply
-    and an add; other widths sum into out's row in memory. Both add in the same order
-    as that numba loop, so the sums are bitwise the same. It is an intrinsic rather
-    than an inlined numba function, as those cost reference counting per call (per row).
-    x and out: of data's dtype (float32 or float64), x's width is out's; registers only
-    when both are C-contiguous (any other layout takes the loop in memory).
+    row for every nonzero (it cannot prove acc and x apart), and LLVM does not turn 32
+    scalar accumulators into vectors. So for a width in REGISTER_WIDTHS the row of sums
+    stays in 256-bit registers, and a nonzero costs a broadcast of its value and, per
+    register, a load of x's row, a multiply and an add; other widths (or layouts other
+    than C-contiguous) sum into out's row in memory, in the same order, so with the same
+    bits. x and out: of data's dtype, x's width is out's.
     """
     if not all(isinstance(a, types.Array) for a in (indptr, indices, data, x, out)):
         return None
@@ -239,47 +201,6 @@ def chebyshev_step(indptr, indices, data, d, x, x_prev, b, weight, gamma, omega,
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def residual_in_place(indptr, indices, data, d, x, weight, r, l1):
-    """r = b - (x - d S x), where r holds b on entry, and l1[k] = sum_i weight_i |r_ik|:
-    the mixed-precision solve's float64 acceptance check (float64 x, r and data), with
-    no array of its own for b. d S x is added panel by panel as the product finds it."""
-    n, m = x.shape
-    n_panels = indptr.shape[0]
-    acc = np.empty((1, m), dtype=r.dtype)
-    for k in range(m):
-        l1[k] = 0.0
-    for p in range(n_panels):
-        for i in range(n):
-            _panel_row_into(indptr, indices, data, x, p, i, acc, 0, False)
-            for k in range(m):
-                r[i, k] += d * acc[0, k]
-            if p == n_panels - 1:
-                w = weight[i]
-                for k in range(m):
-                    res = r[i, k] - x[i, k]
-                    r[i, k] = res
-                    l1[k] += w * abs(res)
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def scale_columns(src, factor, dst):
-    """dst[i, k] = src[i, k] * factor[k], cast to dst's dtype (float64 <-> float32)."""
-    n, m = src.shape
-    for i in range(n):
-        for k in range(m):
-            dst[i, k] = src[i, k] * factor[k]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def add_scaled_columns(z, c, factor):
-    """z[i, k] += c[i, k] * factor[k] in z's dtype (a float32 correction into the float64 answer)."""
-    n, m = z.shape
-    for i in range(n):
-        for k in range(m):
-            z[i, k] += c[i, k] * factor[k]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
 def add_components(z, component, value, coef):
     """z += V coef in place, where V has the single nonzero value[i] in row i, column component[i]."""
     n, m = z.shape
@@ -302,87 +223,12 @@ def weighted_l1(x, weight, out):
             out[k] += w * abs(x[i, k])
 
 
-# ---- in and out of the solver's node-major, degree-ordered block ---------------------
-# The block a solve works on is node-major (one row per node, in the degree order of
-# S) and holds only nodes with edges, while resets and answers are query-major in the
-# graph's order. `gather_resets` and `scatter_answers` each do that transpose-and-
-# renumber together with all the element-wise work on their side in one pass, and
-# `clean_sums` reads the resets' sums in place; numpy needed ~10 passes over q x n
-# arrays and block-sized temporaries for the same (about a tenth of a solve's time).
-
-
 @njit(nogil=True, cache=True, boundscheck=False)
-def clean_sums(R, sums):
-    """sums[k] = sum_j clean(R[k, j]), read-only (no cleaned copy), in tiles of 1024 for accuracy."""
-    m, n = R.shape
-    for k in range(m):
-        total = 0.0
-        for j0 in range(0, n, 1024):
-            tile = 0.0
-            for j in range(j0, min(j0 + 1024, n)):
-                v = R[k, j]
-                if v > 0.0:
-                    tile += v
-            total += tile
-        sums[k] = total
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def gather_resets(R, pos, scale, sqrt_deg, b):
-    """b[pos[j], k] = clean(R[k, j]) / scale[k] / sqrt_deg[pos[j]] for every node j with edges.
-
-    R is (m, n) query-major in graph order; pos[j] is node j's row in b, and nodes
-    with pos[j] >= len(b) (no edges) are skipped. clean() is the reference's: NaN
-    and negative entries become 0.
-    """
-    m, n = R.shape
-    n_active = b.shape[0]
-    # in tiles of nodes: R is read row by row within a tile (a query's reset is contiguous)
-    # rather than with a stride of a whole reset per entry (~3x faster at 32 x 97k)
-    for j0 in range(0, n, 512):
-        j1 = min(j0 + 512, n)
-        for k in range(m):
-            sk = scale[k]
-            for j in range(j0, j1):
-                p = pos[j]
-                if p >= n_active:
-                    continue
-                v = R[k, j]
-                if not v > 0.0:  # also NaN
-                    v = 0.0
-                b[p, k] = v / sk / sqrt_deg[p]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _answer(z, R, pos, scale, sqrt_deg, j, k):
-    """y of node j for query k: D^1/2 z where j has edges (round-off below 0 -> 0), the reset where not."""
-    p = pos[j]
-    if p < z.shape[0]:
-        y = z[p, k] * sqrt_deg[p]
-        return y if y > 0.0 else 0.0
-    v = R[k, j]
-    return (v if v > 0.0 else 0.0) / scale[k]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def scatter_answers(z, R, pos, scale, sqrt_deg, divisor, factor, out, j0):
-    """out[k, j] = `_answer`(j0 + j, k) / divisor[k] * factor[k]: back to query-major graph
-    order, for the nodes j0 .. j0 + out.shape[1] (all of them, or e.g. only the passages)."""
-    m = R.shape[0]
-    for j in range(out.shape[1]):
-        for k in range(m):
-            out[k, j] = _answer(z, R, pos, scale, sqrt_deg, j0 + j, k) / divisor[k] * factor[k]
-
-
-# ---- the same for resets given as CSR rows (`scipy.sparse.csr_matrix`) -----------------
-# A query's reset has a few phrase seeds and one weight per passage: ~12k of ~97k nodes
-# at MuSiQue scale. Given as CSR, a piece of 64 resets is ~9 MB instead of a dense 50 MB
-# array that must also be zeroed and read whole.
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def gather_resets_csr(indptr, indices, data, pos, scale, sqrt_deg, b):
-    """`gather_resets` for CSR rows (canonical: sorted, no duplicates); b is zeroed first."""
+def gather_resets(indptr, indices, data, pos, scale, sqrt_deg, b):
+    """b[pos[j], k] = clean(R[k, j]) / scale[k] / sqrt_deg[pos[j]] for the CSR rows R
+    (canonical) and every node j with edges (pos[j] < len(b)); b is zeroed first.
+    clean() is the reference's: NaN and negative entries become 0. Resets go in query-
+    major and in the graph's order; the block is node-major in the solver's order."""
     n_active, m = b.shape
     for i in range(n_active):
         for k in range(m):
@@ -400,9 +246,10 @@ def gather_resets_csr(indptr, indices, data, pos, scale, sqrt_deg, b):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def scatter_answers_csr(z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0):
-    """`scatter_answers` for CSR resets: nodes with edges from z, then the reset's own
-    entries at nodes without edges (where y = u; 0 where the reset has no entry)."""
+def scatter_answers(z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0):
+    """out[k, j] = y of node j0 + j for query k / divisor[k] * factor[k], back in query-major
+    graph order: D^1/2 z at nodes with edges (round-off below 0 -> 0), then the cleaned
+    reset's own entries at nodes without edges (y = u there; 0 where the reset has none)."""
     m = out.shape[0]
     w = out.shape[1]
     n_active = z.shape[0]
