@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     import igraph as ig
 
 TOL = 1e-11  # L1 error per answer: a thousand times tighter than the 1e-8 promised against prpack
-# S's stored entries from which a solver runs the compiled loops of `kernels.py`; below, `_ScipyLoops`.
-# numba's start-up (import, first kernel load from its disk cache) costs each process more CPU
-# than the compiled loops save on a graph of the shared set's size (86k entries; results/perf/
-# README.md, round 6). Chosen once per solver, so a query's bits never depend on other queries.
-NUMBA_MIN_NNZ = 200_000
+# S's stored entries from which a solver runs the compiled loops of `kernels.py`; below, `_ScipyLoops`
+# in blocks of SCIPY_BLOCK_SIZE queries (each numpy pass then stays in cache). numba's start-up (import,
+# first kernel load) costs a process more CPU than the compiled loops save on a graph of the shared
+# set's size (85k entries; results/perf/README.md, round 6). Chosen once per solver, never mid-run.
+NUMBA_MIN_NNZ, SCIPY_BLOCK_SIZE = 200_000, 16
 
 
 class _ScipyLoops:
@@ -41,10 +41,13 @@ class _ScipyLoops:
         np.subtract(x, d * (self.S @ x), out=out)
 
     def chebyshev_step(self, indptr, indices, data, d, x, x_prev, b, weight, gamma, omega, r, l1):
+        t = self.S @ x  # the one temporary: each pass below runs in place over the block
         np.subtract(b, x, out=r)
-        r += d * (self.S @ x)
-        np.dot(weight, np.abs(r), out=l1)
-        x_prev += omega * (x + gamma * r - x_prev)
+        r += np.multiply(t, d, out=t)
+        np.dot(weight, np.abs(r, out=t), out=l1)
+        np.add(x, np.multiply(r, gamma, out=t), out=t)
+        t -= x_prev
+        x_prev += np.multiply(t, omega, out=t)
 
     @staticmethod
     def _entries(indptr, indices, data, pos):  # (query, node, its row, cleaned value) of the rows' entries
@@ -99,8 +102,7 @@ class _Workspace:
 class BatchedSolver:
     """PPR for many reset vectors over one prepared graph: Chebyshev iteration for one
     damping (`solve`), multi-shift CG for several (`solve_many`), one block of
-    `block_size` queries per thread, on the compiled loops of `kernels.py` (small graphs:
-    `_ScipyLoops`, see NUMBA_MIN_NNZ)."""
+    `block_size` queries per thread, on the compiled loops of `kernels.py` (`_ScipyLoops` below NUMBA_MIN_NNZ)."""
 
     def __init__(self, graph: ig.Graph, block_size: int = 32, tol: float = TOL, n_threads: int | None = None,
                  max_iter: int = 10_000, numba_min_nnz: int = NUMBA_MIN_NNZ):
@@ -135,17 +137,15 @@ class BatchedSolver:
         self.n_threads = max(1, n_threads or default_threads())
         self.pos, self.sqrt_deg, self.active = prep.pos, prep.sqrt_deg, prep.active
         self._dangling = prep.pos >= prep.n_active  # nodes without edges
-        self.panels = prep.panels
-        self.components = prep.components()
+        self.panels, self.components = prep.panels, prep.components()
         self._comp_of, self._comp_val = prep.comp_of, prep.comp_val
         self._spare: list[_Workspace] = []  # block workspaces, one per thread at most
         self._lock = threading.Lock()
         if prep.S.nnz >= numba_min_nnz:
             from hipporag2.retrieve.ppr import kernels  # numba's start-up, paid only here
-
             self._K = kernels
         else:
-            self._K = _ScipyLoops(prep.S)
+            self._K, self.block_size = _ScipyLoops(prep.S), min(self.block_size, SCIPY_BLOCK_SIZE)
 
     @property
     def batch_size(self) -> int:
