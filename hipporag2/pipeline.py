@@ -41,7 +41,7 @@ from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index,
 from hipporag2.indexing import build_index
 from hipporag2.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
-from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
+from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, register_key_env, url_has_credentials
 from hipporag2.result_lines import RetrievalLines, checkpoint_block, result_of_checkpoint_row
 from hipporag2.results import RunReport
 from hipporag2.retrieve.base import RetrievalResult
@@ -138,6 +138,9 @@ class LazyLLM:
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
+    if cfg.openie.name == "spacy":
+        raise ConfigError("openie=spacy makes phrases, not extractions: it is indexed by the CLI's get_index; "
+                          "the library's insert/delete do not support it yet")
     if cfg.openie.import_path:
         imp = import_openie(cfg.openie.import_path, corpus)
         report.update(
@@ -225,11 +228,19 @@ def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool,
 
 
 def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings) -> Index:
+    sentences = None
     with timings.stage("openie"):
-        extractions, openie_key = get_openie(cfg, corpus, llm, report)
+        if cfg.openie.name == "spacy":  # no LLM, no facts: phrases by sentence (issue 27)
+            from hipporag2.openie.spacy_extract import spacy_corpus
+
+            extractions, (sentences, openie_key) = {}, spacy_corpus(cfg.openie, corpus.strings, cfg.cache_dir, report)
+        else:
+            extractions, openie_key = get_openie(cfg, corpus, llm, report)
     # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
+    # (openie=spacy makes no facts by design; its queries link to phrase nodes.)
+    fallback_gate = 1.0 if sentences is not None else cfg.retrieval.max_fallback_rate
     check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),
-                    len(corpus), cfg.retrieval.max_fallback_rate)
+                    len(corpus), fallback_gate)
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
@@ -246,17 +257,18 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
             if index is None:
                 log.info("building index %s", path)
                 with timings.stage("index_build"):
-                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress)
+                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress,
+                                        sentence_phrases=sentences)
                     crash_point("index_built")
                     save_index(index, path)
                 crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
                 check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")),
-                                len(corpus), cfg.retrieval.max_fallback_rate)
+                                len(corpus), fallback_gate)
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
     check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")), len(corpus),
-                    cfg.retrieval.max_fallback_rate)
+                    fallback_gate)
     return index
 
 
@@ -464,6 +476,7 @@ def run(cfg: Config) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     install_log_redaction(cfg.llm.api_key_env)
+    register_key_env(cfg.embedding.api_key_env)
     # Hydra saved the composed config (and overrides) before this point.
     redact_hydra_dir(run_dir)
     if url_has_credentials(cfg.llm.base_url):

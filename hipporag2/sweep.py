@@ -67,6 +67,9 @@ def check_sweepable(cfg) -> None:
             f"hipporag2-sweep sweeps HippoRAG 2 with passage nodes (retrieval.method=hipporag2, "
             f"retrieval.passage_nodes=true); got retrieval.method={r.method!r}, retrieval.passage_nodes={r.passage_nodes!r}"
         )
+    if getattr(r, "fusion", "none") != "none":
+        raise ConfigError(f"hipporag2-sweep sweeps the PPR ranking itself; retrieval.fusion={r.fusion!r} is not swept "
+                          "(set retrieval.fusion=none)")
 
 
 def point_dir_name(d: float, w: float) -> str:
