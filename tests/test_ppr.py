@@ -442,3 +442,19 @@ def test_block_size_follows_the_workspace_budget():
     assert block_size_for(2 * 96_939, 2) == 16
     assert block_size_for(10 * 96_939, 2) == 8
     assert block_size_for(96_939, 2, budget=100 << 20) == 16
+
+
+def test_small_graphs_do_not_start_numba():
+    """Below NUMBA_MIN_NNZ a solver runs on scipy and never imports numba (its start-up is
+    what the path saves); at or above it, the compiled loops are imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, igraph as ig\n"
+            "from hipporag2.retrieve.ppr.batched import BatchedSolver\n"
+            "g = ig.Graph.Ring(30)\n"
+            "BatchedSolver(g, numba_min_nnz=int(sys.argv[1])).solve(np.eye(30)[:3], 0.5)\n"
+            "print('numba' in sys.modules)")
+    for threshold, started in (("1000", "False"), ("0", "True")):
+        done = subprocess.run([sys.executable, "-c", code, threshold], capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == started, done.stderr
