@@ -209,10 +209,33 @@ def main() -> None:
     checks = not (args.hydra_help or args.shell_completion or args.info or args.experimental_rerun
                   or args.config_path or args.config_name or args.config_dir)
     with exit_on_signal():
+        if checks and args.multirun and args.cfg:
+            # Hydra allows --cfg with single runs only: print each job of the sweep.
+            jobs: list = []
+            with user_errors():
+                check_overrides(args.overrides, multirun=True, keep_jobs=jobs)
+            print_sweep_jobs(jobs, args.cfg)
+            sys.exit(0)
         if checks:
             with user_errors():
                 check_overrides(args.overrides, multirun=bool(args.multirun))
         _main()
+
+
+def print_sweep_jobs(jobs, part: str) -> None:
+    """`hipporag2 -m ... --cfg job|hydra|all`: every job's overrides and composed config
+    (the part Hydra's own --cfg would print for that job), then the number of jobs."""
+    from omegaconf import OmegaConf
+
+    for i, (overrides, dcfg) in enumerate(jobs, start=1):
+        print(f"# job {i}/{len(jobs)}: {' '.join(overrides)}")
+        conf = OmegaConf.to_container(dcfg, resolve=False)
+        if part == "job":
+            conf.pop("hydra", None)
+        elif part == "hydra":
+            conf = {"hydra": conf.get("hydra")}
+        print(OmegaConf.to_yaml(conf), end="")
+    print(f"# {len(jobs)} jobs")
 
 
 if __name__ == "__main__":

@@ -205,6 +205,9 @@ def validate(cfg: Config) -> Config:
         problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:
         problems.append(f"retrieval.passage_node_weight={r.passage_node_weight} must be >= 0")
+    if r.method == "none" and not cfg.qa.enabled:
+        problems.append("retrieval.method=none retrieves nothing: it is the reader without passages, so it needs "
+                        "qa=reader (and an llm)")
     for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
         if _get(cfg, key) < 1:
             problems.append(f"{key}={_get(cfg, key)} must be >= 1")

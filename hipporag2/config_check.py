@@ -209,8 +209,10 @@ def job_overrides(overrides: Sequence[str], multirun: bool, compose_fn) -> List[
     return [list(job) for batch in batches for job in batch]
 
 
-def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
+def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs: Optional[list] = None) -> Config:
     """Compose and check every job of the command line; the first job's Config.
+    `keep_jobs`, when given, receives (job overrides, composed config) of every job
+    (for `hipporag2 -m ... --cfg job`, which Hydra itself refuses).
 
     Raises ConfigError with a one-line message for any problem: a Hydra composition
     error, a key outside the schema (with or without `+`), a wrong type, a value out
@@ -252,6 +254,8 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False) -> Config:
             except (HydraException, OmegaConfBaseException) as e:
                 raise ConfigError(explain_hydra_error(e, job)) from None
             check_llm_available(cfg)
+            if keep_jobs is not None:
+                keep_jobs.append((list(job), dcfg))
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,
                       cfg.retrieval.linking)
             if inputs not in checked_inputs:  # the files a job names exist and parse (once per distinct set)

@@ -80,7 +80,7 @@ KEY_HELP: Dict[str, str] = {
     "graph.synonym_overwrites_relation": "quirk: a synonym score replaces the relation weight of the same pair (reference: true)",
     "graph.synonym_edges": "ablation: false drops synonym edges",
     "retrieval.name": "retriever preset name (the retrieval group option)",
-    "retrieval.method": "hipporag2 | dense | bm25 | hipporag1",
+    "retrieval.method": "hipporag2 | dense | bm25 | hipporag1 | none",
     "retrieval.linking": "query_to_triple (HippoRAG 2) | ner_to_node | query_to_node",
     "retrieval.filter": "recognition memory: llm filters the candidate facts, none keeps them all",
     "retrieval.filter_program": "the LLM filter's DSPy program: reference (the authors' tuned one) | own | a JSON file",

@@ -172,3 +172,16 @@ def test_experiment_runs_and_sweep_jobs_share_folders():
     cfg = compose(["+experiment=musique_train_grid", "retrieval.damping=0.3"])
     assert d.hydra.sweep.dir == "runs/musique_train/grid"
     assert cfg.run_dir.startswith("runs/musique_train/grid/d0.3-w0.05-")
+
+
+def test_sweep_cfg_job_lists_every_job():
+    """`hipporag2 -m +experiment=... --cfg job` (Hydra refuses --cfg with -m): each job's
+    overrides and composed config, then the count; nothing runs."""
+    exe = [sys.executable, "-m", "hipporag2.cli", "-m", "+experiment=table12_cost", "--cfg", "job"]
+    out = subprocess.run(exe, cwd=CONFIGS.parent, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    headers = [line for line in out.stdout.splitlines() if line.startswith("# job ")]
+    rows = [h.split("experiment/retriever@_global_=")[1].split()[0] for h in headers]
+    assert rows == ["nv_embed_v2", "hipporag1", "hipporag2"] and out.stdout.rstrip().endswith("# 3 jobs")
+    assert out.stdout.count("\nretrieval:\n") == 3 and "method: hipporag1" in out.stdout and "\nhydra:\n" not in out.stdout

@@ -321,3 +321,20 @@ def test_qa_stopped_part_way_asks_only_the_rest_again(smol_setup, tmp_path):
         assert metrics["qa_n"] == 4 and llm.usage()["qa"]["cache_hits"] >= 2
     finally:
         llm.cache = None
+
+
+@pytest.mark.slow
+def test_qa_without_retrieval_with_smollm2(smol_setup, tmp_path):
+    """retrieval=none (Tables 2 / 8, row None): the reader gets no passage at all."""
+    from hipporag2.data.loaders import load_corpus, load_queries
+    from hipporag2.qa.reader import run_qa
+    from hipporag2.retrieve.base import NoRetrieval
+
+    cfg, llm = smol_setup
+    corpus = load_corpus(DEMO / "demo_corpus.json")
+    queries = load_queries(DEMO / "demo.json")[:2]
+    sent = llm.requests_sent
+    metrics = run_qa(cfg, llm, queries, corpus, NoRetrieval().retrieve(queries), tmp_path)
+    assert llm.requests_sent - sent == 2 and metrics["qa_n"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "qa.jsonl").read_text().splitlines()]
+    assert [r["passages"] for r in rows] == [[], []] and all(r["raw_output"] for r in rows)

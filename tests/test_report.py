@@ -108,19 +108,24 @@ PAPER = ["+experiment=table3_recall", "dataset=musique"]
 
 
 def test_table3_layout_with_paper_numbers_significance_and_command(root, capsys):
-    make_run(root, "table3/dense", PAPER + ["retrieval=dense"], hits=lambda i: i % 4 == 0)
-    make_run(root, "table3/h2", PAPER + ["retrieval=hipporag2"], hits=lambda i: i % 10 != 0)
+    make_run(root, "table3/dense", PAPER + ["experiment/retriever@_global_=nv_embed_v2"], hits=lambda i: i % 4 == 0)
+    make_run(root, "table3/h2", PAPER + ["experiment/retriever@_global_=hipporag2"], hits=lambda i: i % 10 != 0)
     out = root / "report"
     assert main([str(root / "runs" / "table3"), "--out", str(out), "--bootstrap", "2000"]) == 0
     md = (out / "table3_recall.md").read_text()
     # Paper numbers for MuSiQue (strict match: same encoder, LLM and dataset) and our delta.
-    assert "| dense | 25.0 (69.7, −44.7) |" in md
+    assert "| nv_embed_v2 | 25.0 (69.7, −44.7) |" in md
     assert "| hipporag2 | 90.0† (74.7, +15.3) |" in md
-    assert "hipporag2 -m +experiment=table3_recall dataset=musique`" in md  # the sweep, restricted to what was run
+    # The paper's rows no run stands for are listed, never left out.
+    assert "| RAPTOR | not run (57.8) |" in md and "| BM25 | not run (43.5) |" in md
+    assert "| NV-Embed-v2 (7B) |" not in md
+    # the sweep, restricted to what was run
+    assert "hipporag2 -m +experiment=table3_recall dataset=musique experiment/retriever@_global_=nv_embed_v2,hipporag2`" in md
     assert "nvidia/NV-Embed-v2" in md and "meta-llama/Llama-3.3-70B-Instruct" in md
     assert "musique_corpus.json" in md
     rows = list(csv.DictReader(io.StringIO((out / "table3_recall.csv").read_text())))
     h2 = next(r for r in rows if r["row"] == "hipporag2" and r["column"] == "MuSiQue")
+    assert next(r for r in rows if r["row"] == "RAPTOR")["status"] == "not run"
     assert float(h2["ours"]) == 90.0 and float(h2["paper"]) == 74.7 and float(h2["p_better_than_dense"]) < 0.05
     assert h2["paper_condition_differs"] == "False"
 

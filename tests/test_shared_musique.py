@@ -326,6 +326,16 @@ def test_reference_graph_and_rankings_on_our_embeddings(hipporag2_run, shared_da
     ref_counts = {"vertices": g.vcount(), "phrase_nodes": int((~is_passage).sum()), "facts": len(facts),
                   "context_edges": context, "phrase_phrase_edges": g.ecount() - context, "edges_total": g.ecount()}
     ours = json.loads((run_dir / "graph_stats.json").read_text())
+    # Table 10's counts, defined alike on both sides: the reference's get_graph_info
+    # (self-pairs of its edge map included) and ours from graph_stats.json.
+    from hipporag2.report.runs import reference_graph_counts
+
+    info, mine = obj.get_graph_info(), reference_graph_counts(ours)
+    for theirs, key in (("num_phrase_nodes", "phrase_nodes"), ("num_passage_nodes", "passage_nodes"),
+                        ("num_extracted_triples", "extracted_edges"), ("num_triples_with_passage_node", "context_edges")):
+        assert info[theirs] == mine[key], f"Table 10 {key}: reference {info[theirs]} vs ours {mine[key]}"
+    for theirs, key in (("num_synonymy_triples", "synonym_edges"), ("num_total_triples", "total_edges")):
+        assert abs(info[theirs] - mine[key]) <= 10, f"Table 10 {key}: reference {info[theirs]} vs ours {mine[key]}"
     spec = {"vertices": 18125, "phrase_nodes": 16235, "facts": 17036, "context_edges": 19755,
             "phrase_phrase_edges": 32636 + 14220, "edges_total": 66611}
     print("reference wheel graph:", ref_counts, "SPEC:", spec)

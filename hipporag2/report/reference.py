@@ -55,6 +55,28 @@ class Entry:
     condition: Optional[str] = None
     data_files: Dict[str, str] = field(default_factory=dict)
     check: bool = True
+    # The paper's row label, the LLM block of a two-block table, the metrics marked †.
+    row: Optional[str] = None
+    block: Optional[str] = None
+    dagger: Tuple[str, ...] = ()
+
+    @property
+    def dataset(self) -> Optional[str]:
+        d = self.match.get("dataset.name")
+        return None if d is None else str(d)
+
+
+@dataclass
+class Average:
+    """One printed Avg cell of the paper: `weighting` is `questions` (each dataset
+    weighted by its number of questions, as the paper averages Tables 2 and 8) or
+    `columns` (the mean of the cells)."""
+
+    table: str
+    row: str
+    values: Dict[str, float]
+    weighting: str = "questions"
+    block: Optional[str] = None
 
 
 @dataclass
@@ -66,6 +88,31 @@ class Reference:
     dataset_aliases: Dict[str, List[str]] = field(default_factory=dict)
     condition: str = ""
     source: str = ""
+    questions: Dict[str, int] = field(default_factory=dict)
+    averages: List[Average] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+    def row_entries(self, table: str, row: str, block: Optional[str] = None) -> List[Entry]:
+        return [e for e in self.entries if e.table == table and e.row == row and e.block == block]
+
+    def rows(self, table: str) -> List[Tuple[str, Optional[str]]]:
+        """(row, block) of a table's entries, in the paper's order."""
+        seen: List[Tuple[str, Optional[str]]] = []
+        for e in self.entries:
+            if e.table == table and e.row is not None and (e.row, e.block) not in seen:
+                seen.append((e.row, e.block))
+        return seen
+
+    def average_of(self, table: str, row: str, metric: str, block: Optional[str] = None,
+                   datasets: Optional[Sequence[str]] = None) -> Optional[float]:
+        """The paper's average of a row recomputed from its cells, weighted by the
+        paper's number of questions per dataset (as the paper averages); over
+        `datasets` only when given (None if one of them has no cell)."""
+        cells = {e.dataset: e.values[metric] for e in self.row_entries(table, row, block) if metric in e.values}
+        want = list(datasets) if datasets is not None else list(cells)
+        if not want or any(d not in cells for d in want):
+            return None
+        return weighted_mean([(cells[d], self.questions.get(str(d), 1)) for d in want])
 
     def _matches(self, run: Run, entry: Entry, loose: int, ignore: Sequence[str] = ()) -> bool:
         """loose: 0 strict, 1 with `loose_as`, 2 also ignoring `loose_ignore`."""
@@ -132,6 +179,15 @@ def schema_defaults() -> Dict[str, Any]:
     return _SCHEMA_DEFAULTS
 
 
+def weighted_mean(pairs: Sequence[Tuple[float, float]]) -> Optional[float]:
+    """Mean of (value, weight) pairs, rounded to one decimal as the paper prints; the
+    paper's Avg of Tables 2 and 8 is this with weight = questions of the dataset."""
+    total = sum(w for _, w in pairs)
+    if not pairs or total <= 0:
+        return None
+    return round(sum(v * w for v, w in pairs) / total + 1e-9, 1)
+
+
 def load_reference(path: Path | str) -> Reference:
     path = Path(path)
     data = yaml.safe_load(path.read_text()) or {}
@@ -163,8 +219,16 @@ def load_reference(path: Path | str) -> Reference:
                 condition=raw.get("condition") or data.get("condition"),
                 data_files=data_files,
                 check=bool(raw.get("check", True)),
+                row=raw.get("row"),
+                block=raw.get("block"),
+                dagger=tuple(raw.get("dagger") or ()),
             )
         )
+    averages = [
+        Average(table=str(a["table"]), row=str(a["row"]), values={k: float(v) for k, v in (a.get("values") or {}).items()},
+                weighting=str(a.get("weighting", "questions")), block=a.get("block"))
+        for a in data.get("averages") or []
+    ]
     aliases = {str(k): [str(x) for x in (v if isinstance(v, list) else [v])] for k, v in (data.get("dataset_aliases") or {}).items()}
     return Reference(
         name=path.stem,
@@ -174,6 +238,9 @@ def load_reference(path: Path | str) -> Reference:
         dataset_aliases=aliases,
         condition=str(data.get("condition") or ""),
         source=str(data.get("source") or ""),
+        questions={str(k): int(v) for k, v in (data.get("questions") or {}).items()},
+        averages=averages,
+        raw=data,
     )
 
 
@@ -221,8 +288,6 @@ def check_run(run: Run, refs: List[Reference]) -> List[CheckLine]:
                     bad_data.append(f"{name} hash {have[name]} != {h}")
             for metric, want in e.values.items():
                 ours = run.metric(metric)
-                if ours is None and run.graph_stats and metric in run.graph_stats:
-                    ours = float(run.graph_stats[metric])
                 if bad_data:
                     lines.append(CheckLine(metric, ours, want, FAIL, e.source, "data differ: " + "; ".join(bad_data)))
                 elif ours is None:

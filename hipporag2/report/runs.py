@@ -51,6 +51,27 @@ def _resolve_config(path: Path) -> Dict[str, Any]:
     return out
 
 
+def reference_graph_counts(stats: Dict[str, Any]) -> Dict[str, int]:
+    """Table 10's counts as the reference counts them (`HippoRAG.get_graph_info`), from
+    our graph_stats.json: its edge total is the number of distinct ordered node pairs
+    it recorded (self-pairs included, which our graph drops and counts), "extracted
+    edges" are the unique facts, "context edges" the passage-phrase pairs, and
+    "synonym edges" whatever remains (total - extracted - context; so it also holds the
+    second direction of every fact's phrase pair). With graph.synonym_overwrites_relation
+    =false our graph keeps a synonym beside a relation edge of the same pair, which the
+    reference's pair map cannot: the total then counts that pair twice."""
+    phrase = int(stats.get("phrase_nodes", 0))
+    passage = int(stats.get("passage_nodes", 0))
+    facts = int(stats.get("facts", 0))
+    context = int(stats.get("context_edges", 0))
+    total = int(stats.get("edges_total", 0)) + int(stats.get("self_loops_dropped", 0))
+    return {
+        "phrase_nodes": phrase, "passage_nodes": passage, "total_nodes": phrase + passage,
+        "extracted_edges": facts, "synonym_edges": total - facts - context, "context_edges": context,
+        "total_edges": total,
+    }
+
+
 @dataclass
 class Run:
     path: Path
@@ -116,8 +137,19 @@ class Run:
 
     # --- results --------------------------------------------------------------
     def metric(self, name: str) -> Optional[float]:
+        """A metric of metrics.json, else a graph count (Table 10's as the reference
+        counts them, then graph_stats.json's own)."""
         v = self.metrics.get(name)
-        return float(v) if isinstance(v, (int, float)) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        if self.graph_stats:
+            counts = reference_graph_counts(self.graph_stats)
+            if name in counts:
+                return float(counts[name])
+            v = self.graph_stats.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+        return None
 
     def rows(self, name: str = "retrieval.jsonl") -> List[Dict[str, Any]]:
         path = self.path / name

@@ -19,7 +19,7 @@ import yaml
 
 from hipporag2.registry import REPORT_TABLES
 from hipporag2.report.perquery import GoldUnavailable, Significance, compare, segment_recall
-from hipporag2.report.reference import Reference
+from hipporag2.report.reference import Entry, Reference, weighted_mean
 from hipporag2.report.runs import Run
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -89,6 +89,12 @@ def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[
 
     def ident(r: Run, k: str) -> str:
         return str(row_choice[id(r)].get(k)) if k in rows_by else value_str(r.settings.get(k))
+
+    if rows_by:  # a name the row's choice already fixes (e.g. retrieval.name of retriever=hipporag2) is not repeated
+        by_choice: Dict[Tuple, List[Run]] = {}
+        for r in runs:
+            by_choice.setdefault(tuple(ident(r, k) for k in rows_by), []).append(r)
+        names = [k for k in names if any(len({value_str(r.settings.get(k)) for r in g}) > 1 for g in by_choice.values())]
 
     groups: Dict[Tuple, List[Run]] = {}
     for r in runs:
@@ -232,6 +238,13 @@ class Cell:
     sig: Optional[Significance] = None
     run: Optional[Run] = None
     expected: Optional[float] = None
+    paper_entry: Optional[Entry] = None
+    metric: str = ""
+
+    @property
+    def paper_text(self) -> str:
+        dagger = "†" if self.paper_entry is not None and self.metric in self.paper_entry.dagger else ""
+        return f"{'~' if self.paper_loose else ''}{fmt(self.paper)}{dagger}"
 
     @property
     def delta(self) -> Optional[float]:
@@ -242,7 +255,7 @@ class Cell:
         if self.run is not None and self.run.metrics.get("dense_fallbacks"):
             s += f" [fallback {fallback_text(self.run)}]"
         if with_paper and self.paper is not None:
-            s += f" ({'~' if self.paper_loose else ''}{fmt(self.paper)}, {fmt_delta(self.delta)})"
+            s += f" ({self.paper_text}, {fmt_delta(self.delta)})"
         return s
 
 
@@ -316,20 +329,22 @@ def _dense_baseline(run: Run, pool: Sequence[Run]) -> Optional[Run]:
 
 
 def value_of(run: Run, metric: str) -> Optional[float]:
-    v = run.metric(metric)
-    if v is None and run.graph_stats and metric in run.graph_stats:
-        v = float(run.graph_stats[metric])
-    return v
+    return run.metric(metric)
 
 
-def make_cell(run: Optional[Run], metric: str, ctx: Context, pool: Sequence[Run], significance: bool = True) -> Cell:
+def make_cell(run: Optional[Run], metric: str, ctx: Context, pool: Sequence[Run], significance: bool = True,
+              table: Optional[str] = None) -> Cell:
+    """Our value and the paper's: the entry of the paper's `table` when given (a number
+    printed twice, e.g. GritLM's MuSiQue recall in Tables 3 and 7, may differ), else of
+    any table."""
     if run is None:
         return Cell()
-    cell = Cell(ours=value_of(run, metric), run=run)
+    cell = Cell(ours=value_of(run, metric), run=run, metric=metric)
     if ctx.paper is not None:
-        hit = ctx.paper.lookup(run, metric, loose=ctx.loose)
+        hit = (ctx.paper.lookup(run, metric, loose=ctx.loose, table=table) if table else None) or \
+            ctx.paper.lookup(run, metric, loose=ctx.loose)
         if hit:
-            cell.paper, cell.paper_loose = hit[1], hit[2]
+            cell.paper_entry, cell.paper, cell.paper_loose = hit[0], hit[1], hit[2]
     for ref in ctx.ours:
         hit = ref.lookup(run, metric)
         if hit:
@@ -393,6 +408,8 @@ def _notes(cells: Sequence[Cell], ctx: Context, paper_shown: bool = True) -> Lis
 
 
 def _pick_latest(runs: Sequence[Run]) -> Run:
+    if len(runs) == 1:
+        return runs[0]
     return max(runs, key=lambda r: (r.path / "metrics.json").stat().st_mtime)
 
 
@@ -424,6 +441,60 @@ def table_recall(runs: Sequence[Run], ctx: Context, name: str = "recall", title:
     return Table(name, title, header, rows, csv_rows, notes=notes, provenance=provenance_lines(runs))
 
 
+def run_weight(run: Optional[Run], metric: str) -> float:
+    """How many questions a run's metric is a mean over (qa_n for QA, else n_queries)."""
+    if run is None:
+        return 0.0
+    n = run.metrics.get("qa_n") if metric.startswith("qa_") else None
+    n = n if n is not None else run.metrics.get("n_queries")
+    return float(n or 0)
+
+
+def average_cell(cells: Sequence[Cell], metric: str, ctx: Context) -> Cell:
+    """The Avg cell as the paper computes it: the mean over all questions, each dataset
+    weighted by its number of questions (ours: the run's questions; the paper's: its
+    dataset's, `questions` in paper.yaml). With equal counts this is the column mean."""
+    avg = Cell(ours=weighted_mean([(c.ours, run_weight(c.run, metric)) for c in cells]), metric=metric)
+    if ctx.paper is not None and cells and all(c.paper is not None and c.paper_entry is not None for c in cells):
+        avg.paper = weighted_mean([(c.paper, ctx.paper.questions.get(str(c.paper_entry.dataset), 1)) for c in cells])
+        avg.paper_loose = any(c.paper_loose for c in cells)
+    return avg
+
+
+NOT_RUN = "not run"
+
+
+def not_run_rows(ctx: Context, paper_table: Optional[str], covered: set, col_datasets: Sequence[Optional[str]],
+                 metrics: Sequence[str], with_avg: bool, name: str) -> Tuple[List[List[str]], List[Dict[str, Any]]]:
+    """The paper's rows of `paper_table` that no run of the table stands for: each cell
+    `not run (paper X)`, so a row the harness cannot make (yet) is never blank and never
+    missing. `covered` holds the (row, block) of the paper entries the runs matched."""
+    if ctx.paper is None or not paper_table:
+        return [], []
+    rows, csv_rows = [], []
+    for row, block in ctx.paper.rows(paper_table):
+        if (row, block) in covered:
+            continue
+        entries = ctx.paper.row_entries(paper_table, row, block)
+        by_ds = {e.dataset: e for e in entries}
+        label = f"{row}" + (f" [{block}]" if block else "")
+        out = [label]
+        for ds in col_datasets:
+            e = by_ds.get(ds)
+            for m in metrics:
+                v = e.values.get(m) if e is not None else None
+                dag = "†" if e is not None and m in e.dagger else ""
+                out.append(f"{NOT_RUN} ({fmt(v)}{dag})" if v is not None else NOT_RUN)
+                csv_rows.append({"table": name, "row": label, "column": ds, "metric": m, "ours": None, "paper": v,
+                                 "status": NOT_RUN})
+        if with_avg:
+            for m in metrics:
+                v = ctx.paper.average_of(paper_table, row, m, block, [d for d in col_datasets if d is not None])
+                out.append(f"{NOT_RUN} ({fmt(v)})" if v is not None else NOT_RUN)
+        rows.append(out)
+    return rows, csv_rows
+
+
 def table_pivot(
     runs: Sequence[Run],
     ctx: Context,
@@ -435,29 +506,36 @@ def table_pivot(
     exclude: Sequence[str] = ("dataset",),
     average: bool = True,
     row_title: str = "",
+    paper_table: Optional[str] = None,
+    list_not_run: bool = True,
 ) -> Table:
-    """Rows x columns (datasets by default), one cell per metric; an average column."""
+    """Rows x columns (datasets by default), one cell per metric; an average column
+    (question-weighted, as the paper averages); with `paper_table`, the paper's numbers
+    come from that table and its rows that no run stands for are listed as "not run"."""
     if row_of is None:
         label = make_labeller(runs, exclude)
         row_of = lambda r: (label(r), label(r))  # noqa: E731
     grid: Dict[Tuple[str, str], List[Run]] = {}
     rows_seen: Dict[str, Any] = {}
     cols_seen: Dict[str, Any] = {}
+    col_dataset: Dict[str, str] = {}
     for r in runs:
         rk, rl = row_of(r)
         ck, cl = col_of(r)
         rows_seen.setdefault(rl, rk)
         cols_seen.setdefault(cl, ck)
+        col_dataset.setdefault(cl, r.dataset)
         grid.setdefault((rl, cl), []).append(r)
     row_labels = sorted(rows_seen, key=lambda x: (rows_seen[x], x))
     col_labels = sorted(cols_seen, key=lambda x: (cols_seen[x], x))
     multi = len(metrics) > 1
-    header = [row_title or "run"] + [f"{c} {m.replace('recall@', 'R@')}" if multi else c for c in col_labels for m in metrics]
+    header = [row_title or "run"] + [f"{c} {m.replace('recall@', 'R@').replace('qa_', '')}" if multi else c for c in col_labels for m in metrics]
     use_avg = average and len(col_labels) > 1
     if use_avg:
-        header += [f"avg {m.replace('recall@', 'R@')}" if multi else "avg" for m in metrics]
+        header += [f"avg {m.replace('recall@', 'R@').replace('qa_', '')}" if multi else "avg" for m in metrics]
     rows, csv_rows, all_cells = [], [], []
     duplicates = 0
+    covered: set = set()
     for rl in row_labels:
         row = [rl]
         per_metric: Dict[str, List[Cell]] = {m: [] for m in metrics}
@@ -466,9 +544,11 @@ def table_pivot(
             duplicates += max(0, len(found) - 1)
             run = _pick_latest(found) if found else None
             for m in metrics:
-                cell = make_cell(run, m, ctx, runs)
+                cell = make_cell(run, m, ctx, runs, table=paper_table)
                 per_metric[m].append(cell)
                 all_cells.append(cell)
+                if cell.paper_entry is not None and cell.paper_entry.table == paper_table:
+                    covered.add((cell.paper_entry.row, cell.paper_entry.block))
                 row.append(cell.markdown() if run else "–")
                 if run:
                     csv_rows.append(_csv_row(name, rl, cl, m, cell))
@@ -476,34 +556,45 @@ def table_pivot(
             for m in metrics:
                 cs = per_metric[m]
                 if all(c.ours is not None for c in cs):
-                    avg = Cell(ours=round(sum(c.ours for c in cs) / len(cs), 1))
-                    if all(c.paper is not None for c in cs):
-                        avg.paper = round(sum(c.paper for c in cs) / len(cs), 1)
-                        avg.paper_loose = any(c.paper_loose for c in cs)
+                    avg = average_cell(cs, m, ctx)
                     row.append(avg.markdown())
                     csv_rows.append(_csv_row(name, rl, "avg", m, avg))
                 else:
                     row.append("–")
         rows.append(row)
+    extra_rows, extra_csv = not_run_rows(ctx, paper_table if list_not_run else None, covered, [col_dataset.get(c) for c in col_labels], metrics,
+                                         use_avg, name)
+    rows += extra_rows
+    csv_rows += extra_csv
     notes = _notes(all_cells, ctx)
+    if use_avg:
+        notes.append("avg: the mean over all questions, each dataset weighted by its number of questions, as the paper "
+                     "averages (ours: the run's questions; the paper's: 1,000 per dataset, LV-Eval 124, NarrativeQA 293).")
+    if extra_rows:
+        notes.append("not run (X): a row of the paper's table that no run here stands for, with the paper's number X "
+                     "(the structure-augmented baselines RAPTOR, GraphRAG and LightRAG are not in this harness yet).")
     if duplicates:
         notes.append(f"{duplicates} cells had more than one run; the latest was used.")
     return Table(name, title, header, rows, csv_rows, notes=notes, provenance=provenance_lines(runs))
 
 
+GRAPH_KEYS = ["phrase_nodes", "passage_nodes", "total_nodes", "extracted_edges", "synonym_edges", "context_edges", "total_edges"]
+
+
 def table_graph(runs: Sequence[Run], ctx: Context, name: str = "table10", title: str = "Table 10: graph statistics") -> Table:
-    keys = ["passage_nodes", "phrase_nodes", "facts", "relation_edges", "context_edges", "synonym_edges", "edges_total"]
+    """Table 10's rows, each counted as the reference counts it (report.runs.reference_graph_counts)."""
+    keys = GRAPH_KEYS
     with_graph = [r for r in runs if r.graph_stats]
     by_data: Dict[str, Run] = {}
     for r in with_graph:
-        by_data.setdefault(f"{DATASET_NAMES.get(r.dataset, r.dataset)} ({r.embedding})", r)
-    header = ["dataset (encoder)"] + keys
+        by_data.setdefault(f"{DATASET_NAMES.get(r.dataset, r.dataset)} ({r.embedding}, {r.get('llm.name', '?')})", r)
+    header = ["dataset (encoder, LLM)"] + keys
     rows, csv_rows, cells = [], [], []
     for lab in sorted(by_data):
         r = by_data[lab]
         row = [lab]
         for k in keys:
-            c = make_cell(r, k, ctx, with_graph, significance=False)
+            c = make_cell(r, k, ctx, with_graph, significance=False, table="table10")
             cells.append(c)
             v = "–" if c.ours is None else f"{int(c.ours):,}"
             if c.paper is not None:
@@ -511,7 +602,9 @@ def table_graph(runs: Sequence[Run], ctx: Context, name: str = "table10", title:
             row.append(v)
             csv_rows.append(_csv_row(name, lab, k, k, c))
         rows.append(row)
-    notes = ["Cells: ours (paper). Relation edges count both ordered pairs of a phrase pair (reference quirk, SPEC §2)."]
+    notes = ["Cells: ours (paper). Counted on both sides as the reference counts (`get_graph_info`): extracted edges = "
+             "unique facts; context edges = passage-phrase pairs; total edges = distinct ordered node pairs; synonym "
+             "edges = total - extracted - context (so they include the second direction of each fact's phrase pair)."]
     if any(c.paper_loose for c in cells if c.paper is not None):
         notes.append(f"~ the paper's graph ({ctx.paper.condition if ctx.paper else ''}); ours is built from different OpenIE / data.")
     return Table(name, title, header, rows, csv_rows, notes=notes, provenance=provenance_lines(with_graph))
@@ -538,17 +631,30 @@ def table_cost(runs: Sequence[Run], ctx: Context, name: str = "table12", title: 
     keys = ["indexing_minutes", "openie_input_tokens_millions", "openie_output_tokens_millions", "seconds_per_query"]
     header = ["run", "n"] + keys
     rows, csv_rows = [], []
+    covered: set = set()
     for r in sorted(runs, key=label):
         vals = _cost_values(r)
         row = [label(r), str(r.metrics.get("n_queries", ""))]
         for k in keys:
-            hit = ctx.paper.lookup(r, k, loose=ctx.loose) if ctx.paper else None
+            hit = ctx.paper.lookup(r, k, loose=ctx.loose, table="table12") if ctx.paper else None
+            if hit:
+                covered.add((hit[0].row, hit[0].block))
             v = fmt(vals[k], 2 if k != "seconds_per_query" else 3)
             if hit:
                 v += f" ({'~' if hit[2] else ''}{hit[1]:g})"
             row.append(v)
             csv_rows.append({"table": name, "row": label(r), "metric": k, "ours": vals[k], "paper": hit[1] if hit else None, "run_dir": str(r.path)})
         rows.append(row)
+    if ctx.paper is not None:
+        for prow, block in ctx.paper.rows("table12"):
+            if (prow, block) in covered:
+                continue
+            e = ctx.paper.row_entries("table12", prow, block)[0]
+            row = [prow, NOT_RUN]
+            for k in keys:
+                row.append(f"{NOT_RUN} ({e.values[k]:g})" if k in e.values else NOT_RUN)
+                csv_rows.append({"table": name, "row": prow, "metric": k, "ours": None, "paper": e.values.get(k), "status": NOT_RUN})
+            rows.append(row)
     notes = [
         "Cells: ours (paper). Indexing = OpenIE + index build (+ passage embedding for dense), wall clock; "
         "tokens are the LLM's OpenIE usage in this run (0 when OpenIE came from the cache or an import file); "
@@ -665,11 +771,13 @@ def build(kind: str, runs: Sequence[Run], ctx: Context, out_dir: Optional[Path],
     if kind == "recall":
         return table_recall(runs, ctx, name)
     if kind == "table2":
-        return table_pivot(runs, ctx, name, "Table 2: QA F1 (Llama-3.3-70B reader, top-5 passages)", ["qa_f1"])
+        return table_pivot(runs, ctx, name, "Table 2: QA F1 (Llama-3.3-70B reader, top-5 passages)", ["qa_f1"], paper_table="table2")
+    if kind == "table8":
+        return table_pivot(runs, ctx, name, "Table 8: QA EM / F1 (top-5 passages)", ["qa_em", "qa_f1"], paper_table="table8")
     if kind == "table3":
-        return table_pivot(runs, ctx, name, "Table 3: passage recall@5", ["recall@5"])
+        return table_pivot(runs, ctx, name, "Table 3: passage recall@5", ["recall@5"], paper_table="table3")
     if kind == "table4":
-        return table_pivot(runs, ctx, name, "Table 4: ablations, recall@5", ["recall@5"])
+        return table_pivot(runs, ctx, name, "Table 4: ablations, recall@5", ["recall@5"], paper_table="table4")
     if kind == "table5":
         return table_pivot(
             runs, ctx, name, "Table 5: passage_node_weight, recall@5", ["recall@5"],
@@ -680,10 +788,11 @@ def build(kind: str, runs: Sequence[Run], ctx: Context, out_dir: Optional[Path],
         return table_pivot(
             runs, ctx, name, "Table 7: retriever swap (MuSiQue), recall@5", ["recall@5"],
             col_of=lambda r: (0 if r.get("retrieval.method") == "dense" else 1, r.method),
-            row_of=lambda r: (r.embedding, r.embedding), average=False, row_title="retriever",
+            row_of=lambda r: (r.embedding, r.embedding), average=False, row_title="retriever", paper_table="table7",
+            list_not_run=False,
         )
     if kind == "table9":
-        return table_pivot(runs, ctx, name, "Table 9: passage recall@2 / recall@5", ["recall@2", "recall@5"])
+        return table_pivot(runs, ctx, name, "Table 9: passage recall@2 / recall@5", ["recall@2", "recall@5"], paper_table="table9")
     if kind == "table10":
         return table_graph(runs, ctx, name)
     if kind == "table12":
@@ -698,7 +807,7 @@ def build(kind: str, runs: Sequence[Run], ctx: Context, out_dir: Optional[Path],
 KINDS = REPORT_TABLES.names()
 
 EXPERIMENT_KINDS = {
-    "table2_qa": "table2", "table3_recall": "table3", "table4_ablations": "table4", "table5_reset_weight": "table5",
+    "table2_qa": "table2", "table8_qa": "table8", "table3_recall": "table3", "table4_ablations": "table4", "table5_reset_weight": "table5",
     "table7_retrievers": "table7", "table9_recall2_5": "table9", "table10_graph_stats": "table10", "table12_cost": "table12",
     "fig3_continual": "fig3", "musique_train_grid": "grid", "musique_train_continual": "fig3", "musique_train_ablations": "table4",
 }

@@ -33,4 +33,11 @@ class NoFilter:
         return [list(range(len(c))) for c in candidates]
 
 
+class NoRetrieval:
+    """`retrieval=none`: every question gets an empty ranking, so the reader answers
+    from the question alone (the "None" row of the paper's Tables 2 and 8). Recall of
+    such a run is 0 by construction; its numbers are the reader's."""
+
+    def retrieve(self, queries) -> List[RetrievalResult]:
+        return [RetrievalResult(q.id, [], [], {}) for q in queries]
 

@@ -83,3 +83,10 @@ def bm25_retriever(parts: RetrieverParts):
     from hipporag2.retrieve.bm25 import BM25Retriever
 
     return BM25Retriever(list(parts.passages), parts.cfg.retrieval)
+
+
+def no_retriever(parts: RetrieverParts):
+    from hipporag2.retrieve.base import NoRetrieval
+
+    return NoRetrieval()
+
