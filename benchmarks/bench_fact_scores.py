@@ -33,14 +33,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from benchmarks.synthetic_index import synthetic_queries
     from hipporag2.graph.store import load_index
-    from hipporag2.mapped_pages import release_rows
     from hipporag2.retrieve import scoring
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     index = load_index(Path(args.index))
     E = index.fact_emb
     _, vectors = synthetic_queries(index, args.queries)
-    release_rows(E, 0, len(E))
     q = np.asarray(vectors)
     rows = scoring.score_piece_rows(E.shape[0], np.result_type(q.dtype, E.dtype).itemsize)
     sides = {"streamed": scoring.min_max_top_k_streamed, "pieces": scoring.min_max_top_k_pieces}

@@ -17,7 +17,7 @@
 (b) the 20-point damping x passage_node_weight sweep over the same 1,000 queries.
     Ours, measured in full: per block of queries one multi-shift CG per reset part
     (seed phrases; passage scores) serves all four dampings, and by linearity the
-    five weights are mixes of the two parts (`BatchedSolver.solve_unnormalised`).
+    five weights are mixes of the two parts (`BatchedSolver.solve_many`).
     prpack, and ours with one `solve` per point, are timed on the first
     --sweep-ref-queries queries at every point and extrapolated to 1,000 (labelled).
 (c) against prpack, on every query prpack ran: worst L1 difference, and whether the
@@ -44,7 +44,10 @@ import scipy
 
 from benchmarks.report import emit
 from benchmarks.synthetic_graph import make_graph, make_queries
-from hipporag2.retrieve.ppr import BatchedSolver, OutputBuffer, PrpackSolver, rank_desc_stable, rankings_agree
+from benchmarks.rankings import rank_desc_stable, rankings_agree
+from hipporag2.retrieve.ppr import OutputBuffer
+from hipporag2.retrieve.ppr.batched import BatchedSolver
+from hipporag2.retrieve.ppr.prpack import PrpackSolver
 
 DAMPINGS = [0.3, 0.5, 0.7, 0.85]
 PNWS = [0.01, 0.05, 0.1, 0.3, 0.5]
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                 phrase = qs.resets(0.0, rows)
                 passage = qs.resets(1.0, rows) - phrase
                 R = np.concatenate([phrase, passage])
-                Y = solver.solve_unnormalised(R, DAMPINGS, out=ours_out.view((len(DAMPINGS), *R.shape)))
+                Y = solver.solve_many(R, DAMPINGS, out=ours_out.view((len(DAMPINGS), *R.shape)))
                 m = len(phrase)
                 for k, d in enumerate(DAMPINGS):
                     for w in PNWS:

@@ -8,7 +8,7 @@ clustered phrase embeddings), three fresh child processes:
 
 (b) build: every stage of the index build after OpenIE and encoding, timed, with the
     child's peak RSS; then `save_index` and the batched solver's one-off preparation,
-    which is saved in the index folder (`ppr_store`).
+    which is saved in the index folder (`ppr/store.py`).
 (a) query: the saved index is loaded as a run loads it (checksums verified,
     embeddings memory-mapped) and both retrievers are set up (batched: the
     preparation loaded; prpack: the igraph graph built). Then the queries run in
@@ -65,8 +65,8 @@ def load() -> float:
 def child_build(scale: float, folder: str) -> dict:
     from benchmarks.synthetic_index import Timed, build_synthetic_index
     from hipporag2.graph.store import save_index
-    from hipporag2.retrieve.ppr import default_block_size
-    from hipporag2.retrieve.ppr_store import prepared_graph
+    from hipporag2.retrieve.ppr.prepare import default_block_size, default_threads
+    from hipporag2.retrieve.ppr.store import prepared_graph
 
     timed = Timed()
     load0 = load()
@@ -75,7 +75,7 @@ def child_build(scale: float, folder: str) -> dict:
     timed.run("save_index", save_index, index, Path(folder) / "index")
     e = index.edges
     # the block size the retriever's solver will pick, so that the query runs load this preparation
-    block = default_block_size(e)
+    block = default_block_size(e, default_threads())
     timed.run("PPR preparation (operator, components, spectral interval; saved)", prepared_graph,
               e.n_vertices, e.source, e.target, e.weight, block, index.path / "ppr")
     return {"stages": timed.stages, "total": time.perf_counter() - t0, "peak_rss_mb": rss_mb(), "stats": index.stats,
@@ -94,12 +94,8 @@ def child_memory(folder: str, n_queries: int) -> dict:
     from hipporag2.graph.store import load_index
     from hipporag2.retrieve.graph_retriever import GraphRetriever
 
-    from hipporag2.mapped_pages import release_rows
-
     index = load_index(Path(folder) / "index")
     queries, vectors = synthetic_queries(index, n_queries)
-    # making the synthetic queries read fact rows; a real run's encoder does not
-    release_rows(index.fact_emb, 0, len(index.fact_emb))
     store = QueryVectors(queries, vectors)
     del vectors
     before = rss_mb()
@@ -116,7 +112,7 @@ def child_baseline() -> dict:
 
     from hipporag2.graph.store import load_index  # noqa: F401
     from hipporag2.retrieve.graph_retriever import GraphRetriever  # noqa: F401
-    from hipporag2.retrieve.ppr import BatchedSolver
+    from hipporag2.retrieve.ppr.batched import BatchedSolver
 
     # a tiny solve loads every kernel a query uses
     ring = np.arange(8)
@@ -135,8 +131,8 @@ class TimedSolver:
 
     def __init__(self, solver):
         self.solver, self.seconds = solver, 0.0
-        self.block_size = getattr(solver, "block_size", 32)
-        self.n_threads = getattr(solver, "n_threads", 1)
+        self.batch_size = solver.batch_size
+        self.release = solver.release
 
     def solve(self, *a, **k):
         t = time.perf_counter()
@@ -147,31 +143,29 @@ class TimedSolver:
 
 
 def run_block(retriever, block, out_file, lines):
-    """`GraphRetriever.retrieve` for one block, stage by stage (the same calls it makes,
-    inside the same `long_lived_frozen`), then what `pipeline` writes for it: the
+    """`GraphRetriever.retrieve` for one block, stage by stage (the same calls it makes),
+    then what `pipeline` writes for it: the
     checkpoint line (encoded and read back; not written) and the retrieval.jsonl lines
     (`lines`: a `result_lines.RetrievalLines` of the corpus)."""
-    from hipporag2.gc_pause import long_lived_frozen
     from hipporag2.result_lines import checkpoint_block
     from hipporag2.retrieve.graph_retriever import dense_scores, query_result
 
     t = {}
     solver = retriever.solver
-    with long_lived_frozen():
-        c0 = time.perf_counter()
-        dense = dense_scores(retriever.store, retriever.index.passage_emb, [q.question for q in block], False)
-        c1 = time.perf_counter()
-        links = retriever._link([q.question for q in block])
-        c2 = time.perf_counter()
-        ranked = retriever._graph_results(block, dense, links)
-        results = [ranked.get(r) or query_result(q.id, links[r], retriever.index, None, dense[r], retriever.cfg.retrieval_top_k)
-                   for r, q in enumerate(block)]
-        c3 = time.perf_counter()
-        ckpt = checkpoint_block(0, results)
-        for line in lines.lines(block, ckpt.results, ckpt.score_texts):
-            out_file.write(line + "\n")
-        out_file.flush()
-        c4 = time.perf_counter()
+    c0 = time.perf_counter()
+    dense = dense_scores(retriever.store, retriever.index.passage_emb, [q.question for q in block], False)
+    c1 = time.perf_counter()
+    links = retriever._link([q.question for q in block])
+    c2 = time.perf_counter()
+    ranked = retriever._graph_results(block, dense, links)
+    results = [ranked.get(r) or query_result(q.id, links[r], retriever.index, None, dense[r], retriever.cfg.retrieval_top_k)
+               for r, q in enumerate(block)]
+    c3 = time.perf_counter()
+    ckpt = checkpoint_block(0, results)
+    for line in lines.lines(block, ckpt.results, ckpt.score_texts):
+        out_file.write(line + "\n")
+    out_file.flush()
+    c4 = time.perf_counter()
     t["dense scores"] = c1 - c0
     t["fact linking (scores, candidates, seeds)"] = c2 - c1
     t["PPR"] = solver.seconds
@@ -203,7 +197,7 @@ def child_query(folder: str, n_queries: int, ref_every: int, scale: float) -> di
     from hipporag2.data.loaders import Corpus, Passage
     from hipporag2.graph.store import load_index
     from hipporag2.retrieve.graph_retriever import GraphRetriever
-    from hipporag2.retrieve.ppr import PrpackSolver
+    from hipporag2.retrieve.ppr.prpack import PrpackSolver
 
     t = time.perf_counter()
     index = load_index(Path(folder) / "index")

@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,6 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline-tree", default=None, help="a folder holding another copy of hipporag2/ (batched runs)")
+    ap.add_argument("--keep", default=None, help="copy each run's retrieval.jsonl and metrics.json here (LABEL-REP/)")
     args = ap.parse_args(argv)
     base = Path(args.baseline_tree).resolve() if args.baseline_tree else None
     if base is not None and not (base / "hipporag2" / "__init__.py").is_file():
@@ -126,6 +128,11 @@ def main(argv=None) -> int:
                 total = sum(t.values())
                 times[label].append(total)
                 last[label] = run_dir
+                if args.keep:
+                    dst = Path(args.keep) / f"{label.replace(' (', '_').rstrip(')')}-{rep + 1}"
+                    dst.mkdir(parents=True, exist_ok=True)
+                    for name in ("retrieval.jsonl", "metrics.json"):
+                        shutil.copyfile(run_dir / name, dst / name)
                 proc = m["_process"]
                 rows.append(f"| {rep + 1} | {label} | " + " | ".join(f"{t[k]:.3f}" for k in STAGES)
                             + f" | {total:.3f} | {proc['wall']:.1f} | {proc['cpu']:.1f} | {m.get('recall@5', '')} | {load:.1f} |")

@@ -55,7 +55,7 @@ CHILD = textwrap.dedent("""
     index = part("index_load", lambda: store.load_index(path, defer=defer) if defer else store.load_index(path))
     def setup():
         import hipporag2.retrieve.graph_retriever  # noqa: F401  the retriever's imports
-        from hipporag2.retrieve.ppr import BatchedSolver
+        from hipporag2.retrieve.ppr.batched import BatchedSolver
         return BatchedSolver.from_edges(index.edges, index.path / "ppr")
     solver = part("setup", setup)
     import scipy.sparse as sp

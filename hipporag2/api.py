@@ -378,7 +378,7 @@ class HippoRAG:
         report = QAReport(results=results)
         ems, f1s = [], []
         for i, (r, a) in enumerate(zip(results, answers)):
-            r.answer = a.prediction
+            r.answer = None if a.error else a.prediction
             report.no_answer_marker += 0 if (a.marker_found or a.error) else 1
             report.llm_failures += 1 if a.error else 0
             if gold_answers is not None:
@@ -392,6 +392,15 @@ class HippoRAG:
             report.f1 = round(100.0 * sum(f1s) / len(f1s), 1)
         if gold_docs is not None:
             report.recall = mean_recall([r.gold_docs for r in results], [r.docs for r in results], self.cfg.recall_k)
+        if report.llm_failures:  # the CLI's qa.max_failure_rate gate; the answers ride on the error
+            from hipporag2.gates import GateError, check_qa_failures
+
+            try:
+                check_qa_failures(report.llm_failures, len(results), next(a.error for a in answers if a.error),
+                                  self.cfg.qa.max_failure_rate, "the error's .results (answer None where the call failed)")
+            except GateError as e:
+                e.results = results
+                raise
         return report
 
 

@@ -85,22 +85,38 @@ def format_metrics(report, ks=(1, 2, 5, 10, 20)) -> str:
     extra = ""
     if r.qa_em is not None:
         extra = f"\nQA: EM {r.qa_em:.1f}  F1 {r.qa_f1:.1f}"
+    failures = r.extra.get("llm_failures")
+    if failures:
+        # every LLM stage of the run, failed or not: a 0 says the stage was asked and answered
+        extra += "\nLLM failures (after retries): " + "  ".join(f"{stage} {n}" for stage, n in failures.items())
     return head + "\n" + row + extra
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """A bad config or input file ends a command with its one-line message (which names
-    the file, record and field) and exit status 2, not a traceback."""
+    the file, record and field) and exit status 2, not a traceback; so does a write the
+    operating system refuses (no space, permission, read-only, a file in the way:
+    `atomicio.StorageError` names the path and what was being written)."""
+    from hipporag2.atomicio import os_error_line
     from hipporag2.gates import GateError
 
     try:
         yield
     except (ConfigError, DataError, GateError) as e:
-        if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
-            log.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(e))
+    except OSError as e:
+        line = os_error_line(e)
+        if line is None:
+            raise
+        _fail(line)
+
+
+def _fail(message: str) -> None:
+    if logging.getLogger().handlers:  # a run's log (not Python's stderr fallback: one line only)
+        log.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 class RedactSweepFiles(Callback):
@@ -130,6 +146,7 @@ class RedactSweepFiles(Callback):
         sweep_dir = os.environ.get(self.ENV)
         if sweep_dir:
             register_key_env(OmegaConf.select(config, "llm.api_key_env", default=None))
+            register_key_env(OmegaConf.select(config, "embedding.api_key_env", default=None))
             redact_file(Path(sweep_dir) / "multirun.yaml")
 
 
@@ -149,7 +166,10 @@ def discard_failed_start(run_dir: Path, message: str) -> None:
     if {p.name for p in run_dir.iterdir()} <= _START_FILES:
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
-        (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+        try:
+            (run_dir / FAILED_MARK).write_text(message + "\n", encoding="utf-8")
+        except OSError:
+            pass  # a full or read-only run folder: the error line already said why
 
 
 def _job_run_dir(dcfg: DictConfig) -> Path:

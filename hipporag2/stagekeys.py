@@ -33,6 +33,19 @@ def corpus_digest(passages) -> str:
     return h.hexdigest()[:16]
 
 
+# Graph settings added after indexes were cached: left out of the key at their
+# defaults, so the keys of indexes built before them stay valid.
+_LATER_GRAPH_DEFAULTS = {"relation_edges": True, "cooccurrence_edges": False}
+
+
+def _graph_settings(graph_cfg) -> dict:
+    settings = asdict(graph_cfg)
+    for k, default in _LATER_GRAPH_DEFAULTS.items():
+        if k in settings and settings[k] == default:
+            del settings[k]
+    return settings
+
+
 def index_key(corpus_key: str, openie_key: str, encoder_fingerprint: str, graph_cfg) -> str:
     return digest(
         {
@@ -40,6 +53,6 @@ def index_key(corpus_key: str, openie_key: str, encoder_fingerprint: str, graph_
             "corpus": corpus_key,
             "openie": openie_key,
             "encoder": encoder_fingerprint,
-            "graph": asdict(graph_cfg),
+            "graph": _graph_settings(graph_cfg),
         }
     )

@@ -9,7 +9,7 @@ part is solved for all grid points together: the unnormalised solution y of
 y = r + d A y is linear in the reset r, and a reset is r = p + w s (p: phrase seeds,
 s: min-max dense scores on passage vertices, w: passage_node_weight), so one solve of
 p and one of s per damping give every w: PPR = (y_p + w y_s) / sum(y_p + w y_s); all
-dampings share one multi-shift CG run (`BatchedSolver.solve_unnormalised`).
+dampings share one multi-shift CG run (`PPRSolver.solve_many`).
 
 Each grid point gets a run folder DIR/d{damping}_w{weight}/ with the files of a normal
 run (retrieval.jsonl, metrics.json, graph_stats.json, and a .hydra/ folder with
@@ -34,14 +34,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Query
+from hipporag2.retrieve import seeds as seeding
 from hipporag2.retrieve.base import RetrievalResult
 from hipporag2.retrieve.graph_retriever import query_result
 from hipporag2.retrieve.ppr import OutputBuffer
-from hipporag2.retrieve.seeds import passage_seed_vector, reset_vector
 
 log = logging.getLogger("hipporag2")
 
@@ -69,6 +67,9 @@ def check_sweepable(cfg) -> None:
             f"hipporag2-sweep sweeps HippoRAG 2 with passage nodes (retrieval.method=hipporag2, "
             f"retrieval.passage_nodes=true); got retrieval.method={r.method!r}, retrieval.passage_nodes={r.passage_nodes!r}"
         )
+    if getattr(r, "fusion", "none") != "none":
+        raise ConfigError(f"hipporag2-sweep sweeps the PPR ranking itself; retrieval.fusion={r.fusion!r} is not swept "
+                          "(set retrieval.fusion=none)")
 
 
 def point_dir_name(d: float, w: float) -> str:
@@ -87,9 +88,9 @@ def solve_grid(
     """Results of `GraphRetriever.retrieve` for every (damping, weight) point.
 
     `retriever` is a GraphRetriever with passage nodes (only its linking and dense
-    scores are used); `solver` has `solve_unnormalised` (a BatchedSolver on
-    `retriever.index.graph()`). Queries go in blocks of `block_size` (default
-    retrieval.query_batch_size), as in `retrieve`.
+    scores are used); `solver` a `PPRSolver` over its graph (the sweep runs the batched
+    one). Queries go in blocks of `block_size` (default retrieval.query_batch_size), as
+    in `retrieve`.
     """
     from contextlib import nullcontext
 
@@ -107,30 +108,26 @@ def solve_grid(
         with stage("link"):
             dense, links = retriever.link_and_dense(block)
         # Phrase part p and passage part s of each graph query's reset: r(w) = p + w s.
-        P, S, graph_rows = [], [], []
+        phrase, passage, graph_rows = [], [], []
         for r, (seeds, _details) in enumerate(links):
             if not seeds:
                 continue  # dense fallback at every point
-            s = passage_seed_vector(dense[r], 1.0, cfg.passage_seed_top_k)
-            P.append(reset_vector(n_ph, seeds, np.zeros(idx.n_passages)))
-            S.append(reset_vector(n_ph, [], s))
+            phrase.append(seeds)
+            passage.append(seeding.passage_seed_vector(dense[r], 1.0, cfg.passage_seed_top_k))
             graph_rows.append(r)
         m = len(graph_rows)
         if m:
             with stage("ppr_solve"):
-                R = np.vstack(P + S)
-                Y = solver.solve_unnormalised(R, list(dampings), out=buffer.view((len(dampings), *R.shape)))  # (k, 2m, n)
+                R = seeding.reset_rows(phrase + [[]] * m, [None] * m + passage, n_ph, idx.n_phrases + idx.n_passages)
+                Y = solver.solve_many(R, list(dampings), out=buffer.view((len(dampings), *R.shape)))  # (k, 2m, n)
             sum_p, sum_s = Y[:, :m].sum(axis=2), Y[:, m:].sum(axis=2)  # (k, m)
             pass_p, pass_s = Y[:, :m, n_ph:], Y[:, m:, n_ph:]
             del Y
-        P_arr = np.array(P) if m else np.zeros((0, idx.n_phrases + idx.n_passages))
-        S_arr = np.array(S) if m else P_arr
         with stage("rank"):
-            for k, d in enumerate(dampings):
-                for w in weights:
-                    # the fallback test of `retrieve`: does the reset p + w s have a positive entry?
-                    has_mass = np.any(P_arr > 0, axis=1) | np.any(S_arr * w > 0, axis=1)
-                    row_of = {r: i for i, r in enumerate(graph_rows) if has_mass[i]}
+            for w in weights:
+                # the fallback test of `retrieve`, on the reset p + w s
+                row_of = {r: i for i, r in enumerate(graph_rows) if seeding.seeds_anything(phrase[i], passage[i] * w)}
+                for k, d in enumerate(dampings):
                     results = out[(d, w)]
                     for r, q in enumerate(block):
                         scores = None

@@ -2,7 +2,7 @@
 
     python -m hipporag2.warm_kernels
 
-The kernels (`retrieve/ppr_kernels.py`, `retrieve/scoring.py`, `graph/knn_kernels.py`)
+The kernels (`retrieve/ppr/kernels.py`, `retrieve/scoring.py`, `graph/knn_kernels.py`)
 are `cache=True`: numba keeps the machine code beside the module (`__pycache__`, or
 its user cache folder when the package folder is read-only) and a later process only
 loads it. Without this step the first run after a fresh clone compiles them, which
@@ -13,9 +13,8 @@ cached kernel is loaded, not rebuilt).
 numba compiles once per argument-type signature, so the calls below go through the
 same public functions, with the same array kinds, as real runs: a solver prepared in
 memory (writable arrays) and one loaded from a saved preparation (read-only
-memory-mapped arrays), both solve paths (`solve` with `out=`/`columns=`, mixed precision
-and float64, and
-`solve_unnormalised` for sweeps), fact candidates on float32 and float64 scores, and
+memory-mapped arrays), both solve paths (`solve` with `out=`/`columns=`, and
+`solve_many` for sweeps), fact candidates on float32 and float64 scores, and
 the synonym KNN.
 """
 from __future__ import annotations
@@ -31,29 +30,22 @@ def warm() -> float:
 
     from hipporag2.graph.build import GraphEdges
     from hipporag2.graph.synonyms import synonym_arrays
-    from hipporag2.retrieve.csr import CsrMatrix
-    from hipporag2.retrieve.ppr import BatchedSolver
+    from hipporag2.retrieve.ppr.batched import BatchedSolver
     from hipporag2.retrieve.scoring import min_max_top_k
+    from hipporag2.retrieve.seeds import reset_rows
 
     t = time.perf_counter()
     rng = np.random.default_rng(0)
     n, m = 64, 256
     src, dst = rng.integers(0, n - 2, m), rng.integers(0, n - 2, m)  # the last two nodes stay isolated
     edges = GraphEdges(n, src, dst, rng.random(m) + 0.1, np.zeros(m, dtype=np.int8))
-    R = rng.random((3, n))
-    rows, cols = np.nonzero(R)
-    # the retriever's resets (`graph_retriever.reset_rows`): int32 indices, float64 values
-    R_csr = CsrMatrix.from_coo(rows, cols, R[rows, cols], R.shape, np.int32)
+    # the retriever's resets: int32 indices, float64 values
+    R = reset_rows([[(0, 1.0)], [(3, 0.5)], []], [rng.random(n - 8)] * 3, 8, n)
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):  # made and saved, then loaded back (read-only arrays)
-            # a graph this small would run on numpy (`ppr.choose_operator`): ask for the loops
-            solver = BatchedSolver.from_edges(edges, tmp, operator="compiled")
+            solver = BatchedSolver.from_edges(edges, tmp, n_threads=1)
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
-            solver.solve(R, 0.5)
-            solver.solve(R_csr, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))  # the retriever's resets
-            solver.solve_unnormalised(R, [0.5, 0.3])
-            # the float64 Chebyshev path (solvers asked for it, operators without float32)
-            BatchedSolver.from_edges(edges, tmp, mixed_precision=False, operator="compiled").solve(R, 0.5)
+            solver.solve_many(R, [0.5, 0.3])
     from hipporag2.retrieve import scoring
 
     for dtype in (np.float32, np.float64):

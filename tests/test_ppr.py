@@ -17,25 +17,13 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.rankings import rank_desc_stable, rankings_agree
 from hipporag2.registry import PPR_SOLVERS
-from hipporag2.retrieve.ppr import (
-    BatchedSolver,
-    OutputBuffer,
-    PrpackSolver,
-    component_vectors,
-    make_solver,
-    rank_desc_stable,
-    rankings_agree,
-    spectral_interval,
-)
-from hipporag2.retrieve.ppr_kernels import (
-    Panels,
-    chebyshev_step,
-    clean_sums,
-    gather_resets,
-    scatter_answers,
-    shifted_product,
-)
+from hipporag2.retrieve.ppr import OutputBuffer, PPRSolver, make_solver
+from hipporag2.retrieve.ppr.batched import BatchedSolver
+from hipporag2.retrieve.ppr.kernels import chebyshev_step, gather_resets, scatter_answers, shifted_product
+from hipporag2.retrieve.ppr.prepare import Panels, block_size_for, component_vectors, spectral_interval
+from hipporag2.retrieve.ppr.prpack import PrpackSolver
 
 DAMPINGS = [0.0, 0.5, 0.85, 0.99]
 TIE_ATOL = 1e-11  # BatchedSolver's default tol: the L1 error it guarantees
@@ -109,7 +97,7 @@ def test_batched_matches_prpack(case, d):
 @given(graph_case())
 def test_all_dampings_in_one_krylov_space(case):
     g, n_phrase, R = case
-    Y = BatchedSolver(g, block_size=2, n_threads=1).solve_unnormalised(R, [0.85, 0.0, 0.5, 0.99, 0.3])
+    Y = BatchedSolver(g, block_size=2, n_threads=1).solve_many(R, [0.85, 0.0, 0.5, 0.99, 0.3])
     for k, d in enumerate([0.85, 0.0, 0.5, 0.99, 0.3]):
         assert_matches(g, n_phrase, R, d, Y[k] / Y[k].sum(axis=1, keepdims=True))
 
@@ -169,7 +157,7 @@ def test_errors_where_igraph_errors():
     with pytest.raises(ValueError, match="NaN"):
         BatchedSolver(g)
     # a zero row is fine where PPR is not taken: y = 0
-    assert not BatchedSolver(ig.Graph(n=4, edges=[(0, 1)])).solve_unnormalised(np.zeros(4), [0.5]).any()
+    assert not BatchedSolver(ig.Graph(n=4, edges=[(0, 1)])).solve_many(np.zeros(4), [0.5]).any()
 
 
 def test_edge_cases():
@@ -195,7 +183,10 @@ def test_linearity_gives_the_passage_weight_sweep():
     qs = make_queries(sg, 6, seed=2)
     solver = BatchedSolver(sg.graph, block_size=4, n_threads=2)
     phrase, passage = qs.resets(0.0), qs.resets(1.0) - qs.resets(0.0)
-    Y = solver.solve_unnormalised(np.concatenate([phrase, passage]), [0.5, 0.3])
+    Y = solver.solve_many(np.concatenate([phrase, passage]), [0.5, 0.3])
+    # prpack's PPR scaled back by the closed-form mass: the same y (the interface both offer)
+    Y_ref = PrpackSolver(sg.graph).solve_many(np.concatenate([phrase, passage]), [0.5, 0.3])
+    assert np.abs(Y - Y_ref).sum(axis=2).max() < 1e-8 * np.concatenate([phrase, passage]).sum(axis=1).max()
     for k, d in enumerate([0.5, 0.3]):
         for pnw in [0.01, 0.3]:
             y = Y[k, :6] + pnw * Y[k, 6:]
@@ -215,9 +206,9 @@ def test_threads_kernel_fallback_and_registry():
     two = BatchedSolver(sg.graph, block_size=4, n_threads=2).solve(R, 0.5)
     np.testing.assert_array_equal(one, two)
     # many narrow panels instead of one: another summation order, the same answer
-    narrow = BatchedSolver(sg.graph, block_size=4, n_threads=1, operator="compiled")
-    narrow.op.panels = Panels.build(narrow.op.S, 7)
-    assert narrow.op.panels.indptr.shape[0] > 10
+    narrow = BatchedSolver(sg.graph, block_size=4, n_threads=1)
+    narrow.panels = Panels.build(narrow.prepared.S, 7)
+    assert narrow.panels.indptr.shape[0] > 10
     assert np.abs(narrow.solve(R, 0.5) - one).sum(axis=1).max() < 1e-11
     # the solver keeps its block arrays between calls; nothing of one call leaks into the next
     again = BatchedSolver(sg.graph, block_size=4, n_threads=2)
@@ -225,6 +216,7 @@ def test_threads_kernel_fallback_and_registry():
     again.solve(R[::-1] * 3.0, 0.85)
     np.testing.assert_array_equal(again.solve(R, 0.5), first)
     assert isinstance(make_solver("batched", sg.graph), BatchedSolver)
+    assert all(isinstance(make_solver(name, sg.graph), PPRSolver) for name in ("batched", "prpack"))
     assert set(PPR_SOLVERS.names()) >= {"prpack", "batched"}
     with pytest.raises(ValueError, match=r"retrieval\.ppr_solver='nope' is not one of"):
         make_solver("nope", sg.graph)
@@ -261,7 +253,7 @@ def test_shifted_systems_converge_without_restart():
     b = np.ascontiguousarray(U[:, s.active].T) / s.sqrt_deg[:, None]
     ds = [0.99, 0.85, 0.7, 0.5, 0.3]
     for z, d in zip(s._mscg(b, ds), ds):
-        resid = s._l1(b - s.op(z, d))
+        resid = s._l1(b - s._product(z, d))
         assert resid.max() * d <= 1.01 * s.tol * (1 - d) / 2, d
 
 
@@ -285,26 +277,20 @@ def test_compiled_loops_against_numpy():
 
 
 def test_block_in_and_out_against_numpy():
-    """The loops in and out of the block (sums, renumber, transpose) against the numpy they replace."""
+    """The loops in and out of the block (renumber, transpose, clean) against the numpy they replace."""
     rng = np.random.default_rng(3)
     n, n_active, m = 50, 41, 4  # 9 nodes without edges
     order = rng.permutation(n)
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
-    R = rng.standard_normal((m, n))  # negatives, and a NaN and a -inf: cleaned to 0
-    R[1, 7], R[2, 9] = np.nan, -np.inf
+    R = rng.standard_normal((m, n)) * (rng.random((m, n)) < 0.6)  # negatives and zeros
+    R[1, 7], R[2, 9] = np.nan, -np.inf  # cleaned to 0
+    C = sp.csr_matrix(R)
     scale = rng.uniform(1.0, 3.0, m)
     sqrt_deg = rng.uniform(0.5, 2.0, n_active)
     u = np.fmax(R, 0.0) / scale[:, None]  # the cleaned, scaled resets, query-major
-    sums = np.empty(m)
-    clean_sums(R, sums)
-    np.testing.assert_allclose(sums, np.fmax(R, 0.0).sum(axis=1), rtol=1e-14)
-    kept, R[3, 4] = R[3, 4], np.inf
-    clean_sums(R, sums)
-    assert sums[3] == np.inf
-    R[3, 4] = kept
     b = np.full((n_active, m), np.nan)
-    gather_resets(R, pos, scale, sqrt_deg, b)
+    gather_resets(C.indptr, C.indices, C.data, pos, scale, sqrt_deg, b)
     np.testing.assert_array_equal(b, u[:, order[:n_active]].T / sqrt_deg[:, None])
 
     z = rng.standard_normal((n_active, m))  # a few negative answers: round-off, cut to 0
@@ -312,12 +298,12 @@ def test_block_in_and_out_against_numpy():
     y[:, order[:n_active]] = np.maximum(z * sqrt_deg[:, None], 0.0).T
     out = np.full((m, n), np.nan)
     mass = rng.uniform(1.0, 2.0, m)
-    scatter_answers(z, R, pos, scale, sqrt_deg, mass, np.ones(m), out, 0)
+    scatter_answers(z, C.indptr, C.indices, C.data, pos, scale, sqrt_deg, mass, np.ones(m), out, 0)
     np.testing.assert_array_equal(out, y / mass[:, None])
-    scatter_answers(z, R, pos, scale, sqrt_deg, np.ones(m), scale, out, 0)
+    scatter_answers(z, C.indptr, C.indices, C.data, pos, scale, sqrt_deg, np.ones(m), scale, out, 0)
     np.testing.assert_array_equal(out, y * scale[:, None])
     part = np.full((m, 13), np.nan)  # only nodes 30..42
-    scatter_answers(z, R, pos, scale, sqrt_deg, mass, np.ones(m), part, 30)
+    scatter_answers(z, C.indptr, C.indices, C.data, pos, scale, sqrt_deg, mass, np.ones(m), part, 30)
     np.testing.assert_array_equal(part, (y / mass[:, None])[:, 30:43])
 
 
@@ -350,7 +336,7 @@ def test_answers_into_a_given_array():
     assert s.solve(R, 0.5, out=buf) is buf
     np.testing.assert_array_equal(buf, want)
     Y = np.full((2, *R.shape), np.nan)
-    assert s.solve_unnormalised(R, [0.5, 0.0], out=Y) is Y
+    assert s.solve_many(R, [0.5, 0.0], out=Y) is Y
     np.testing.assert_allclose(Y[0] / Y[0].sum(axis=1, keepdims=True), want, rtol=0, atol=1e-11)
     np.testing.assert_allclose(Y[1], np.fmax(R, 0.0), rtol=1e-15)
     ref = np.full(R.shape, np.nan)
@@ -369,10 +355,15 @@ def test_answers_into_a_given_array():
         (np.empty((7, R.shape[1] - 1)), "shape"),
         (np.empty(R.shape, dtype=np.float32), "float64"),
         (np.empty(R.shape[::-1]).T, "C-contiguous"),
-        (R, "overlap"),
     ]:
         with pytest.raises(ValueError, match=why):
             s.solve(R, 0.5, out=bad)
+    C = sp.csr_matrix(R)
+    shared = np.zeros(R.shape)
+    shared.ravel()[: C.nnz] = C.data
+    C.data = shared.ravel()[: C.nnz]  # the resets' values live in the answers' memory
+    with pytest.raises(ValueError, match="overlap"):
+        s.solve(C, 0.5, out=shared)
 
 
 @pytest.mark.parametrize("d", [0.5, 0.85, 0.99])
@@ -409,10 +400,10 @@ def test_spectral_interval_holds_the_spectrum():
 
     for scale in (0.004, 0.008):  # ~390 and ~780 nodes: both paths
         s = BatchedSolver(make_graph(scale=scale, seed=3).graph)
-        S, V = s.op.S.toarray(), s.components.toarray()
+        S, V = s.prepared.S.toarray(), s.components.toarray()
         P = np.eye(len(S)) - V @ V.T
         w = np.linalg.eigvalsh(P @ S @ P)
-        lo, hi = spectral_interval(s.op.S, s.components)
+        lo, hi = spectral_interval(s.prepared.S, s.components)
         assert lo <= w[0] and w[-1] <= hi, (scale, lo, hi, w[0], w[-1])
         assert hi - w[-1] < 5e-3 and w[0] - lo < 5e-3  # tight, or Chebyshev would be slow
         assert np.allclose(S @ V, V)  # the columns taken out are eigenvectors for 1
@@ -426,7 +417,7 @@ def test_chebyshev_survives_a_wrong_interval(interval):
     sg = make_graph(scale=0.01, seed=2)
     R = make_queries(sg, 3, seed=3).resets(0.05)
     s = BatchedSolver(sg.graph, n_threads=1)
-    s._interval = interval
+    s.prepared.interval = interval
     for d in (0.5, 0.85):
         assert_matches(sg.graph, sg.n_phrase, R, d, s.solve(R, d))
 
@@ -439,15 +430,13 @@ def test_components_solved_in_closed_form():
     assert s.components.shape[1] == 2
     V = s.components.toarray()
     np.testing.assert_allclose(V.T @ V, np.eye(2), atol=1e-14)
-    np.testing.assert_allclose(component_vectors(s.op.S, s.sqrt_deg).toarray(), V)
+    np.testing.assert_allclose(component_vectors(s.prepared.S, s.sqrt_deg).toarray(), V)
     R = np.array([[1.0, 0, 0, 0, 0, 2.0, 0.5], [0, 0, 0, 1.0, 0, 0, 0]])
     for d in (0.3, 0.5, 0.99):
         assert_matches(g, 0, R, d, s.solve(R, d))
 
 
 def test_block_size_follows_the_workspace_budget():
-    from hipporag2.retrieve.ppr import block_size_for
-
     assert block_size_for(96_939, 2) == 32  # MuSiQue size: 4 x 8 B x 97k x 32 x 2 threads = 199 MB
     assert block_size_for(2 * 96_939, 2) == 16
     assert block_size_for(10 * 96_939, 2) == 8

@@ -8,12 +8,13 @@ import pytest
 from benchmarks.synthetic_index import QueryVectors, build_synthetic_index, synthetic_queries
 from hipporag2.config import RetrievalConfig
 from hipporag2.graph.store import load_index, save_index
-from hipporag2.retrieve import ppr_store
-from hipporag2.retrieve.graph_retriever import GraphRetriever
-from hipporag2.retrieve.ppr import BatchedSolver, PrpackSolver
 from hipporag2.retrieve import scoring
+from hipporag2.retrieve.graph_retriever import GraphRetriever
+from hipporag2.retrieve.ppr import store as ppr_store
+from hipporag2.retrieve.ppr.batched import BatchedSolver
+from hipporag2.retrieve.ppr.prpack import PrpackSolver
 from hipporag2.retrieve.scoring import min_max_rows, min_max_top_k_product, score_piece_rows
-from hipporag2.retrieve.seeds import passage_seed_vector, phrase_weights_from_facts, reset_vector
+from hipporag2.retrieve.seeds import passage_seed_vector, phrase_weights_from_facts
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,15 @@ def world(tmp_path_factory):
 def fact_scores(qv, fact_emb, rows):
     """Raw fact scores from products of `rows` consecutive queries."""
     return np.vstack([qv[s : s + rows] @ np.asarray(fact_emb).T for s in range(0, len(qv), rows)])
+
+
+def dense_reset(n_phrases, phrase_seeds, passage_seeds):
+    """One query's reset as a dense vector: phrase seeds (the last weight of a phrase wins), then passages."""
+    reset = np.zeros(n_phrases + len(passage_seeds))
+    for i, w in phrase_seeds:
+        reset[i] = w
+    reset[n_phrases:] = passage_seeds
+    return reset
 
 
 def straightforward(index, store, cfg, queries, solver):
@@ -46,7 +56,7 @@ def straightforward(index, store, cfg, queries, solver):
             weights = phrase_weights_from_facts([index.facts[i] for i in top], [row[i] for i in top], index.phrase_index, ppp)
             seeds = weights[: cfg.linking_top_k]
             seeds_of[r] = (top.tolist(), [row[i] for i in top], seeds)
-            reset = reset_vector(index.n_phrases, seeds, passage_seed_vector(dense[r], cfg.passage_node_weight))
+            reset = dense_reset(index.n_phrases, seeds, passage_seed_vector(dense[r], cfg.passage_node_weight))
             if seeds and np.any(reset > 0):
                 resets.append(reset)
                 rows.append(r)

@@ -10,7 +10,7 @@ where c617143 (and we) leave that phrase out.
 import numpy as np
 import pytest
 
-from hipporag2.retrieve.seeds import phrase_seeds_from_facts
+from hipporag2.retrieve.seeds import phrase_weights_from_facts
 
 PHRASES = ["velmora", "port ellery", "river tessaly", "brackmoor"]
 PASSAGES_PER_PHRASE = [2, 3, 1, 2]
@@ -53,7 +53,7 @@ def _wheel_seeds(facts, scores, link_top_k):
 @pytest.mark.parametrize("top_k", [2, 5])
 def test_seeds_equal_the_wheels_where_every_phrase_is_a_node(top_k):
     want = _wheel_seeds(FACTS, SCORES, top_k)
-    ours = phrase_seeds_from_facts(FACTS, SCORES, {p: i for i, p in enumerate(PHRASES)}, PASSAGES_PER_PHRASE, top_k)
+    ours = phrase_weights_from_facts(FACTS, SCORES, {p: i for i, p in enumerate(PHRASES)}, PASSAGES_PER_PHRASE)[:top_k]
     assert [i for i, _ in ours] == [i for i, _ in want]
     np.testing.assert_allclose([w for _, w in ours], [w for _, w in want], rtol=1e-12)
 
@@ -66,7 +66,7 @@ def test_a_phrase_that_is_not_a_node_is_left_out_as_c617143_does():
     with pytest.raises(AssertionError):
         _wheel_seeds(facts, scores, 5)
     # c617143 and ours: it is skipped; its fact still seeds its subject.
-    ours = dict(phrase_seeds_from_facts(facts, scores, {p: i for i, p in enumerate(PHRASES)}, PASSAGES_PER_PHRASE, 5))
+    ours = dict(phrase_weights_from_facts(facts, scores, {p: i for i, p in enumerate(PHRASES)}, PASSAGES_PER_PHRASE)[:5])
     assert set(ours) == {0, 1, 2, 3} and all(np.isfinite(list(ours.values())))
     brackmoor = (float(np.float32(0.4) / 2) + float(np.float32(0.8) / 2)) / 2
     assert ours[3] == pytest.approx(brackmoor, rel=1e-12)

@@ -53,7 +53,8 @@ def test_every_config_group_file_picks_a_registered_choice():
 
 
 def test_implementations_load_by_name():
-    from hipporag2.retrieve.ppr import BatchedSolver, PrpackSolver
+    from hipporag2.retrieve.ppr.batched import BatchedSolver
+    from hipporag2.retrieve.ppr.prpack import PrpackSolver
 
     assert registry.PPR_SOLVERS.load("batched") is BatchedSolver
     assert registry.PPR_SOLVERS.load("prpack") is PrpackSolver

@@ -244,7 +244,8 @@ def test_interrupted_qa_resumes_and_ends_identical(qa_setup, tmp_path, signum):
 
 
 def test_qa_checkpoint_keeps_finished_chunks_only(tmp_path):
-    """A torn last line (a kill mid-write) is cut off; other requests discard the file."""
+    """A torn last line (a kill mid-write) is cut off; a failed call ends the read, so
+    the rerun asks it again and continues after it; other requests discard the file."""
     from hipporag2.llm.base import ChatResponse
     from hipporag2.qa.checkpoint import QACheckpoint
 
@@ -252,12 +253,25 @@ def test_qa_checkpoint_keeps_finished_chunks_only(tmp_path):
     keys = ["k0", "k1", "k2", "k3"]
     ck = QACheckpoint(path, keys)
     assert ck.resume() == []
-    ck.append(0, [ChatResponse("a0", 5, 1, False), ChatResponse("", 0, 0, False, error="boom")])
+    ck.append(0, [ChatResponse("a0", 5, 1, False), ChatResponse("a1", 5, 1, False)])
     ck.append(2, [ChatResponse("a2", 5, 1, False)])
     ck.close()
     whole = path.read_bytes()
     path.write_bytes(whole + b'{"start": 3, "rows": [{"key": "k3", "te')  # torn
     back = QACheckpoint(path, keys).resume()
-    assert [(r.text, r.error) for r in back] == [("a0", None), ("", "boom"), ("a2", None)]
+    assert [(r.text, r.error) for r in back] == [("a0", None), ("a1", None), ("a2", None)]
     assert path.read_bytes() == whole
     assert QACheckpoint(path, ["k0", "other", "k2", "k3"]).resume() == [] and not path.exists()
+
+    ck = QACheckpoint(path, keys)
+    ck.append(0, [ChatResponse("a0", 5, 1, False), ChatResponse("", 0, 0, False, error="boom")])
+    first = path.read_bytes()
+    ck.append(2, [ChatResponse("a2", 5, 1, False)])
+    ck.close()
+    back = QACheckpoint(path, keys).resume()
+    assert [(r.text, r.error) for r in back] == [("a0", None)]  # k1 failed: asked again, and what follows
+    assert path.read_bytes() == first
+    ck = QACheckpoint(path, keys)
+    ck.append(1, [ChatResponse("a1", 5, 1, False), ChatResponse("a2", 5, 1, False), ChatResponse("a3", 5, 1, False)])
+    ck.close()
+    assert [r.text for r in QACheckpoint(path, keys).resume()] == ["a0", "a1", "a2", "a3"]

@@ -1,9 +1,18 @@
-"""GraphRetriever's CSR resets (reset_rows) equal seeds.reset_vector of each query, with
-the passages' zeros left out and everything else (NaN, negatives, tiny values) kept."""
+"""The CSR resets (`seeds.reset_rows`) equal each query's dense reset, with the passages'
+zeros left out and everything else (NaN, negatives, tiny values) kept."""
 import numpy as np
 
-from hipporag2.retrieve.graph_retriever import reset_rows
-from hipporag2.retrieve.seeds import reset_vector
+from hipporag2.retrieve.seeds import reset_rows
+
+
+def reset_vector(n_phrases, phrase_seeds, passage_seeds):
+    """The dense reset: phrase seeds in order (the last weight of a phrase wins), then passages."""
+    reset = np.zeros(n_phrases + (0 if passage_seeds is None else len(passage_seeds)))
+    for i, w in phrase_seeds:
+        reset[i] = w
+    if passage_seeds is not None:
+        reset[n_phrases:] = passage_seeds
+    return reset
 
 
 def test_rows_equal_the_dense_resets():

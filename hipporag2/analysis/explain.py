@@ -146,7 +146,7 @@ def explain_question(view, query_id: str, top_n: int = 5, ks: Sequence[int] = (2
     from hipporag2.retrieve.graph_retriever import dense_scores
     from hipporag2.retrieve.ppr import make_solver
     from hipporag2.retrieve.scoring import rank_desc
-    from hipporag2.retrieve.seeds import passage_seed_vector, reset_vector
+    from hipporag2.retrieve.seeds import passage_seed_vector, reset_rows, seeds_anything
 
     cfg = view.cfg.retrieval
     if cfg.method != "hipporag2" or not cfg.passage_nodes:
@@ -161,12 +161,13 @@ def explain_question(view, query_id: str, top_n: int = 5, ks: Sequence[int] = (2
     warnings: List[str] = []
     if len(seeds) != len(row.seed_phrases):
         warnings.append(f"{len(row.seed_phrases) - len(seeds)} seed phrase(s) of the run are not nodes of the index")
-    reset = reset_vector(n_ph, seeds, pseeds)
-    if row.fallback or not seeds:
+    if row.fallback or not seeds or not seeds_anything(seeds, pseeds):
         ppr = None
         scores = dense
     else:
-        ppr = make_solver(cfg.ppr_solver, index.graph()).solve(reset[None, :], cfg.damping)[0]
+        reset = reset_rows([seeds], [pseeds], n_ph, n_ph + index.n_passages)
+        solver = make_solver(cfg.ppr_solver, index.graph(), n_threads=cfg.ppr_threads, tol=cfg.ppr_tol)
+        ppr = solver.solve(reset, cfg.damping)[0]
         scores = ppr[n_ph:]
     order = rank_desc(scores, cfg.retrieval_top_k)
     recorded = row.ranked_corpus_idx[: 2 * top_n]

@@ -34,6 +34,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from hipporag2 import atomicio
 
     out = args.out or args.run / "explain"
+    with atomicio.os_errors_exit():  # a full disk or read-only --out: one line, exit 2
+        return _explain(args, out, explain_question, explanation_text, draw_explanation, atomicio)
+
+
+def _explain(args, out, explain_question, explanation_text, draw_explanation, atomicio) -> int:
     try:
         view = open_run(args.run)
         for qid in args.question_ids:

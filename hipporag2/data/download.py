@@ -158,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the pinned legacy files are read from: BASE/OWNER/REPO/COMMIT/PATH "
                              "(default raw GitHub; a file:// mirror works too)")
     args = parser.parse_args(argv)
+    from hipporag2.atomicio import os_errors_exit
+
+    with os_errors_exit():  # a full disk or read-only --data-dir: one line, exit 2
+        return _fetch(args)
+
+
+def _fetch(args) -> int:
     out = Path(args.data_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:

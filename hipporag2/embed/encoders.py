@@ -1,7 +1,10 @@
 """Text encoders. Each returns L2-normalised float32 rows.
 
 Adding an encoder = one config file in configs/embedding/ and, if it needs its own
-loading code, one small class here registered in `hipporag2.registry.ENCODERS`.
+loading code, a branch in `model_worker` (the one place that loads and calls model
+code, in this process or in a worker of another environment) and one small class
+here registered in `hipporag2.registry.ENCODERS`. Where an encoder runs (here, a
+worker, a server) and what it is given: docs/encoders.md, `prompts`.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from hipporag2.config import EmbeddingConfig
+from hipporag2.embed import model_worker, prompts
+from hipporag2.embed.envcheck import check_in_process
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,8 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
 
 
 class Encoder:
-    """Base: subclasses implement `_encode` on a batch of already-formatted texts."""
+    """Base: subclasses implement `_encode(texts, instruction)`, putting the prefix that
+    `hipporag2.embed.prompts.prefix` gives where their model expects it."""
 
     def __init__(self, cfg: EmbeddingConfig):
         self.cfg = cfg
@@ -56,15 +62,15 @@ class Encoder:
         """Identity of the vectors this encoder produces (the embedding cache key)."""
         c = self.cfg
         ident = {"backend": c.backend, "model": c.model, "max_length": c.max_length, "dtype": c.dtype}
+        # Only settings that change vectors and differ from the old defaults join the
+        # key, so caches written before these settings existed stay valid.
+        if c.passage_format:
+            ident["passage_format"] = c.passage_format
+        if c.runner != "in_process" and c.backend != "openai_compatible":
+            ident["runner"] = c.runner  # another environment: other library versions
         return c.name + "-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
-    def format_query(self, text: str, instruction: Optional[str]) -> str:
-        if instruction and self.cfg.query_format:
-            return self.cfg.query_format.format(instruction=instruction) + text
-        return text
-
     def encode(self, texts: Sequence[str], instruction: Optional[str] = None) -> np.ndarray:
-        texts = [self.format_query(t, instruction) for t in texts]
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return l2_normalise(self._encode(list(texts), instruction))
@@ -72,79 +78,50 @@ class Encoder:
     def _encode(self, texts: List[str], instruction: Optional[str]) -> np.ndarray:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release what the encoder holds (a worker process, connections)."""
 
-class SentenceTransformerEncoder(Encoder):
+
+def model_spec(cfg: EmbeddingConfig) -> dict:
+    """What `model_worker.load_model` needs, in this process or in a worker."""
+    return {"backend": cfg.backend, "model": resolve_model_path(cfg.model), "device": cfg.device, "dtype": cfg.dtype,
+            "max_length": cfg.max_length, "batch_size": cfg.batch_size, "trust_remote_code": cfg.trust_remote_code,
+            "vetted_transformers": [str(v) for v in cfg.vetted_transformers]}
+
+
+class InProcessEncoder(Encoder):
+    """The model of `cfg` loaded in this process by `model_worker` (the same code a
+    worker process runs), after the remote-code check of `worker.check_in_process`."""
+
     def __init__(self, cfg: EmbeddingConfig):
         super().__init__(cfg)
-        from sentence_transformers import SentenceTransformer
-
-        path = resolve_model_path(cfg.model)
-        if os.path.isdir(path):
+        check_in_process(cfg)
+        self.spec = model_spec(cfg)
+        if os.path.isdir(self.spec["model"]):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self.model = SentenceTransformer(path, device=cfg.device, trust_remote_code=cfg.trust_remote_code)
-        self.model.max_seq_length = cfg.max_length
+        self.model = model_worker.load_model(self.spec)
 
     def _encode(self, texts, instruction):
-        return self.model.encode(
-            texts, batch_size=self.cfg.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
-        )
+        return model_worker.encode(self.model, self.spec, prompts.prefix(self.cfg, instruction), texts)
 
 
-class NVEmbedV2Encoder(Encoder):
+class SentenceTransformerEncoder(InProcessEncoder):
+    """Any sentence-transformers model (MiniLM, Contriever, GTR; GTE-Qwen2 in a worker)."""
+
+
+class NVEmbedV2Encoder(InProcessEncoder):
     """nvidia/NV-Embed-v2 through its own remote code; the instruction is passed to
-    `model.encode(..., instruction=...)` in the `Instruct: ...\\nQuery: ` format (SPEC §3)."""
-
-    def __init__(self, cfg: EmbeddingConfig):
-        super().__init__(cfg)
-        import torch
-        from transformers import AutoModel
-
-        # "auto": the dtype the checkpoint's config declares, which is how the reference
-        # loads NV-Embed-v2 (torch_dtype="auto").
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}[cfg.dtype]
-        self.model = AutoModel.from_pretrained(
-            resolve_model_path(cfg.model), trust_remote_code=True, torch_dtype=dtype
-        ).to(cfg.device)
-        self.model.eval()
-
-    def format_query(self, text, instruction):
-        return text  # the instruction travels separately, see _encode
-
-    def _encode(self, texts, instruction):
-        import torch
-
-        prefix = self.cfg.query_format.format(instruction=instruction) if instruction else ""
-        out = []
-        with torch.inference_mode():
-            for i in range(0, len(texts), self.cfg.batch_size):
-                batch = texts[i : i + self.cfg.batch_size]
-                emb = self.model.encode(batch, instruction=prefix, max_length=self.cfg.max_length)
-                out.append(emb.float().cpu().numpy())
-        return np.concatenate(out)
+    `model.encode(..., instruction=...)` in the `Instruct: ...\\nQuery: ` format (SPEC §3).
+    Its preset runs it in a worker (transformers 4.45.2, docs/encoders.md)."""
 
 
-class GritLMEncoder(Encoder):
+class GritLMEncoder(InProcessEncoder):
     """GritLM-7B through the `gritlm` package (embedding mode, its own prompt markers)."""
-
-    def __init__(self, cfg: EmbeddingConfig):
-        super().__init__(cfg)
-        try:
-            from gritlm import GritLM
-        except ImportError as e:
-            raise ImportError("embedding.backend=gritlm needs the `gritlm` package (pip install gritlm)") from e
-        self.model = GritLM(resolve_model_path(cfg.model), torch_dtype="auto", mode="embedding")
-
-    def format_query(self, text, instruction):
-        return text
-
-    def _encode(self, texts, instruction):
-        marker = self.cfg.query_format.format(instruction=instruction) if instruction else "<|embed|>\n"
-        return np.asarray(
-            self.model.encode(texts, instruction=marker, batch_size=self.cfg.batch_size, max_length=self.cfg.max_length)
-        )
 
 
 def build_encoder(cfg: EmbeddingConfig) -> Encoder:
-    from hipporag2.registry import ENCODERS
+    from hipporag2.registry import ENCODER_RUNNERS, ENCODERS
 
+    if cfg.runner == "worker" and cfg.backend != "openai_compatible":
+        return ENCODER_RUNNERS.load("worker")(cfg)
     return ENCODERS.load(cfg.backend)(cfg)

@@ -32,7 +32,9 @@ from filelock import FileLock
 
 from hipporag2 import atomicio
 from hipporag2.atomicio import crash_point, sha256_file
+from hipporag2.embed import prompts
 from hipporag2.embed.encoders import Encoder, build_encoder
+from hipporag2.embed.worker import encoder_environment
 from hipporag2.interrupts import in_stage
 
 log = logging.getLogger(__name__)
@@ -51,10 +53,11 @@ class EmbeddingStore:
         query_format: str = "",
         shard_size: int = 4096,
         checkpoint_s: float = 30.0,
+        passage_format: str = "",
     ):
         self.query_format = query_format
-        self.dir = Path(root) / fingerprint
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.passage_format = passage_format
+        self.dir = atomicio.make_dirs(Path(root) / fingerprint, "embedding cache folder")
         self._factory = encoder_factory
         self._encoder: Optional[Encoder] = None
         self.shard_size = shard_size
@@ -145,8 +148,9 @@ class EmbeddingStore:
                 keys_file.with_name(keys_file.name.replace(".keys.json", ".npy")).unlink(missing_ok=True)
 
     def _prefix(self, instruction: Optional[str]) -> str:
-        """Queries are keyed with their instruction, documents without."""
-        return self.query_format.format(instruction=instruction) if instruction and self.query_format else ""
+        """A text is keyed with the prefix its encoder is given (`hipporag2.embed.prompts`):
+        queries with their instruction, documents with the passage format (mostly none)."""
+        return prompts.prefix(self, instruction)
 
     def embed(self, texts: Sequence[str], instruction: Optional[str] = None, desc: str = "embed", progress: bool = True) -> np.ndarray:
         """Rows for `texts` in order; only texts not yet in the cache are encoded."""
@@ -208,15 +212,22 @@ class EmbeddingStore:
         buf = io.BytesIO()
         np.save(buf, vecs)
         data = buf.getvalue()
-        atomicio.write_bytes(base.with_name(base.name + ".npy"), data)
+        atomicio.write_bytes(base.with_name(base.name + ".npy"), data, what="embedding shard")
         meta = {"format": 2, "rows": int(vecs.shape[0]), "dim": int(vecs.shape[1]), "sha256": hashlib.sha256(data).hexdigest(), "keys": keys}
-        atomicio.write_text(base.with_name(base.name + ".keys.json"), json.dumps(meta))
+        atomicio.write_text(base.with_name(base.name + ".keys.json"), json.dumps(meta), what="embedding shard keys")
 
 
 def open_store(cache_dir: Path | str, cfg, checkpoint_s: float = 30.0) -> EmbeddingStore:
-    """The store for an embedding config; the encoder is only loaded if something is missing."""
-
-    return EmbeddingStore(
-        Path(cache_dir) / "embeddings", Encoder(cfg).fingerprint, lambda: build_encoder(cfg),
-        query_format=cfg.query_format, checkpoint_s=checkpoint_s,
-    )
+    """The store for an embedding config; a local encoder is only loaded if something is
+    missing. Checked first, before any work: the encoder's environment (a worker's
+    versions, remote code under a vetted transformers), or, for an embeddings server,
+    the served model and the server's fingerprint, which names the cache folder."""
+    root = Path(cache_dir) / "embeddings"
+    if cfg.backend == "openai_compatible":
+        encoder = build_encoder(cfg)
+        folder, factory = encoder.store_folder(root), (lambda: encoder)
+    else:
+        encoder_environment(cfg)
+        folder, factory = Encoder(cfg).fingerprint, (lambda: build_encoder(cfg))
+    return EmbeddingStore(root, folder, factory, query_format=cfg.query_format, checkpoint_s=checkpoint_s,
+                          passage_format=cfg.passage_format)

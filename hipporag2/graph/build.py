@@ -71,6 +71,10 @@ class IndexContent:
     query: Optional[np.ndarray] = field(default=None, repr=False)
     # each passage's distinct facts (indices into `facts`): HippoRAG 1's legacy scoring
     passage_facts: List[List[int]] = field(default_factory=list)
+    # A content without triples (openie=spacy): each phrase mention as (phrase index,
+    # passage index) arrays, passage then first-seen order; the context edges come from
+    # these instead of triple endpoints, and `pairs` holds sentence co-occurrences.
+    mentions: Optional[Tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False)
 
     @property
     def phrase_index(self) -> Dict[str, int]:
@@ -273,12 +277,21 @@ def build_edges(
             return a * n + b
         return np.minimum(a, b) * n + np.maximum(a, b)
 
-    # Relation edges: +1 per triple for each ordered pair (s, o) and (o, s).
-    rel_seq = np.stack([subj * n + obj, obj * n + subj], axis=1).ravel() if cfg.double_edges else key(subj, obj)
+    # Relation edges: +1 per triple for each ordered pair (s, o) and (o, s); none when
+    # switched off (`relation_edges`), and for a phrase-only content (openie=spacy) the
+    # pairs are its sentence co-occurrences, kept only when `cooccurrence_edges` is on.
+    use_pairs = cfg.relation_edges if content.mentions is None else cfg.cooccurrence_edges
+    rs, ro = (subj, obj) if use_pairs else (subj[:0], obj[:0])
+    rel_seq = np.stack([rs * n + ro, ro * n + rs], axis=1).ravel() if cfg.double_edges else key(rs, ro)
     rel_keys, rel_counts, _ = _first_order_unique(rel_seq)
-    # Context edges: passage -> each phrase of its triples (first-seen order), weight 1.
-    ends = np.stack([subj, obj], axis=1).ravel()
-    ctx_seq = (n_phr + np.repeat(owner, 2)) * n + ends
+    # Context edges: passage -> each phrase of its triples (first-seen order), weight 1;
+    # a phrase-only content lists its (phrase, passage) mentions instead.
+    if content.mentions is None:
+        ends = np.stack([subj, obj], axis=1).ravel()
+        ctx_seq = (n_phr + np.repeat(owner, 2)) * n + ends
+    else:
+        m_phrase, m_passage = content.mentions
+        ctx_seq = (n_phr + m_passage) * n + m_phrase
     ctx_keys, _, _ = _first_order_unique(ctx_seq)
     keys = np.concatenate([rel_keys, ctx_keys])
     weight = np.concatenate([rel_counts.astype(np.float64), np.ones(ctx_keys.size)])

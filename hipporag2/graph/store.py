@@ -11,7 +11,7 @@ Layout of an index folder (written to a temp folder, then renamed into place):
   graph_stats.json  counts of nodes and edges by type
   manifest.json     sha256 and size of every file above; written last
   ppr/              derived, optional: the batched PPR solver's saved preparation, one
-                    folder per graph variant with its own manifest (retrieve/ppr_store.py);
+                    folder per graph variant with its own manifest (retrieve/ppr/store.py);
                     made on first use, not part of the manifest above
 
 An index folder without a manifest is incomplete and is never used. `load_index`
@@ -36,8 +36,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hipporag2.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file
-from hipporag2.gc_pause import collections_paused
+from hipporag2.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file, storage_error
 from hipporag2.graph.build import GraphEdges
 from hipporag2.graph.triples import Triple
 
@@ -100,7 +99,7 @@ class Index:
     passage_facts: Optional[List[List[int]]] = None
     _graph: Optional[object] = field(default=None, repr=False)
     # the folder it was saved to or loaded from: derived caches (the PPR solver's
-    # preparation, `retrieve/ppr_store.py`) live there; None for an index only in memory
+    # preparation, `retrieve/ppr/store.py`) live there; None for an index only in memory
     path: Optional[Path] = field(default=None, repr=False, compare=False)
     # where the embedding rows are on disk, by EMB_NAMES (set by save/load, carried by an update)
     layout: Optional[Dict[str, RowLayout]] = field(default=None, repr=False, compare=False)
@@ -245,12 +244,21 @@ def _save_text(path: Path, text: str) -> None:
 def save_index(index: Index, path: Path | str) -> None:
     """Write to `PATH.tmp-PID/`, fsync every file, write the manifest last, then swap
     the folder into place. A kill at any point leaves no folder with a manifest that
-    does not describe it."""
+    does not describe it; a write the system refuses (a full disk) removes the temp
+    folder and raises `atomicio.StorageError`."""
     path = Path(path)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    try:
+        _save_index(index, path, tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise storage_error(e, path, "index") from None
+
+
+def _save_index(index: Index, path: Path, tmp: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Callers hold the index's file lock: any temp of this index is a killed build's.
     remove_stale_temps(path.parent, prefix=path.name + ".", any_pid=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -382,8 +390,7 @@ def load_index(path: Path | str, verify: bool = True, defer: Tuple[str, ...] = (
 
 def _read_index(path: Path) -> Index:
     """The index's files read (embeddings memory-mapped), without the checksums."""
-    with collections_paused():  # ~50k acyclic lists, tuples and strings
-        return _read_index_files(path)
+    return _read_index_files(path)
 
 
 def _read_index_files(path: Path) -> Index:

@@ -13,8 +13,10 @@ cache is started, so the run re-asks the model instead of dying or reading garba
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import logging
 import sqlite3
 import threading
@@ -22,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+from hipporag2.atomicio import StorageError
 
 log = logging.getLogger("hipporag2.llm.cache")
 
@@ -82,20 +86,38 @@ def cache_key(
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _storage_error(e: sqlite3.OperationalError, path: Path) -> Exception:
+    """SQLite's words for a refused write (it raises no OSError) as the StorageError the
+    CLI prints as one line; any other OperationalError is returned as it is."""
+    text = str(e).lower()
+    if "full" in text:
+        code = errno.ENOSPC
+    elif "readonly" in text or "read-only" in text:
+        code = errno.EROFS if not os.access(path.parent, os.W_OK) or os.statvfs(path.parent).f_flag & os.ST_RDONLY else errno.EACCES
+    elif "unable to open" in text and not os.access(path.parent, os.W_OK):
+        code = errno.EACCES
+    else:
+        return e
+    return StorageError(path, "LLM response cache", OSError(code, os.strerror(code)))
+
+
 class ResponseCache:
     """A thread-safe handle on one SQLite cache file."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 120.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        from hipporag2.atomicio import make_dirs
+
+        make_dirs(self.path.parent)
         # One connection guarded by a lock: simpler than a pool, and SQLite
         # serialises writers anyway.
         self._lock = threading.Lock()
         self._busy_timeout_s = busy_timeout_s
         try:
             self._conn = self._open()
-        except sqlite3.OperationalError:
-            raise  # locked, busy, I/O: not evidence of damage, so the file is left alone
+        except sqlite3.OperationalError as e:
+            # locked, busy, I/O: not evidence of damage, so the file is left alone
+            raise _storage_error(e, self.path) from None
         except sqlite3.DatabaseError as e:  # "file is not a database", "malformed", quick_check
             self._conn = self._open_fresh(str(e))
 
@@ -174,17 +196,21 @@ class ResponseCache:
         with self._lock:
             # BEGIN IMMEDIATE takes the write lock up front, so a concurrent
             # writer waits on busy_timeout rather than failing mid-transaction.
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.executemany(
-                    "INSERT OR REPLACE INTO responses "
-                    "(key, model_id, text, input_tokens, output_tokens, created) VALUES (?,?,?,?,?,?)",
-                    rows,
-                )
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany(
+                        "INSERT OR REPLACE INTO responses "
+                        "(key, model_id, text, input_tokens, output_tokens, created) VALUES (?,?,?,?,?,?)",
+                        rows,
+                    )
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as e:
+                raise _storage_error(e, self.path) from None
 
     def __len__(self) -> int:
         with self._lock:

@@ -1,4 +1,4 @@
-"""Any OpenAI-compatible chat-completions server (OpenAI, vLLM serve, llama.cpp, serve.py).
+"""Any OpenAI-compatible chat-completions server (OpenAI, vLLM serve, llama.cpp).
 
 Remote calls fail in ordinary ways (rate limits, restarts, slow replies), and a
 multi-hour indexing run must ride through them: each request is retried with

@@ -200,7 +200,7 @@ def materialize_gguf(ref: ModelRef, cache_root: Path) -> Path:
     transformers re-parses the whole GGUF file (vocabulary included) three
     times per load, which costs ~30 s on a small CPU even for a 135M model;
     the saved folder loads in well under a second, and is what a second
-    process (e.g. `serve.py`) reuses.  The weights are the dequantized tensors
+    process (e.g. `vllm serve` in the tests) reuses.  The weights are the dequantized tensors
     themselves, so outputs are unchanged.  A file lock makes concurrent
     processes convert once; the folder appears atomically by rename.
     """

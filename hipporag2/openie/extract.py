@@ -9,13 +9,19 @@ interrupt on a slow CPU model loses seconds, not a 64-passage chunk. The file is
 already in it is skipped and never sent to the LLM again. (The LLM's own response cache
 additionally keeps answers of a chunk that was interrupted half-way.)
 
-Failures never stop a run:
+Failures:
 - an answer that cannot be parsed counts as a parse failure (per step) and yields an
   empty list; the passage is still written, because at temperature 0 asking again
   would give the same answer;
-- a request the LLM layer reports as failed (`ChatResponse.error`) is NOT written, so a
-  later run retries it; this run uses an empty extraction for it and returns a key
-  marked incomplete, so no index built from the gap is mistaken for a complete one.
+- a request the LLM layer reports as failed (`ChatResponse.error`, after its retries) is
+  NOT written, so a later run retries it. Such a passage counts as missing from the
+  extraction exactly as a passage absent from an imported file does: below
+  `openie.min_coverage` the run stops (`gates.LLMFailureGate`, one line: how many, in
+  which step, the first error) once every chunk is written, before anything is
+  embedded, and the rerun sends only the failed requests (the response cache answers
+  the rest). A coverage the setting accepts goes on with an empty extraction for those
+  passages and a key marked incomplete, so no index built from the gap is mistaken for
+  a complete one.
 
 Prompts: `llm.prompts` (hipporag2/openie/prompts.py `OpenIEPrompts`): the authors'
 templates from the installed reference wheel (`reference`) or our own wording (`own`).
@@ -38,6 +44,7 @@ from filelock import FileLock
 from hipporag2 import atomicio
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Corpus
+from hipporag2.gates import check_openie_failures, coverage
 from hipporag2.llm.base import ChatRequest
 from hipporag2.openie import prompts
 from hipporag2.openie.interchange import Extraction, parse_openie, write_openie
@@ -152,7 +159,8 @@ class _Counts:
     def __init__(self) -> None:
         self.parse_failures = {"ner": 0, "triples": 0}
         self.repaired = 0
-        self.llm_failures = 0
+        self.llm_failures = {"openie_ner": 0, "openie_triples": 0}  # failed calls (= failed passages) by stage
+        self.first_error = ""
         self.reasons: Dict[str, int] = {}
 
     @property
@@ -170,7 +178,8 @@ class _Counts:
         the token limit (the reference's finish_reason "length") when it used all of
         `limit` output tokens."""
         if resp.error is not None:
-            self.llm_failures += 1
+            self.llm_failures["openie_" + step] += 1
+            self.first_error = self.first_error or resp.error
             return None
         value, ok, reason = parser(resp.text, reply_is_cut(resp, limit))
         if not ok:
@@ -246,7 +255,7 @@ def extract_corpus(
         raise ConfigError(f"OpenIE chunk size must be >= 1, got {chunk_size}")
     constrained = bool(cfg.llm.constrained_decoding)
     counts = _Counts()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    atomicio.make_dirs(path.parent)
 
     # One extractor per file at a time; a second process waits, then finds it done.
     with FileLock(str(path) + ".lock"):
@@ -266,7 +275,7 @@ def extract_corpus(
             log.info("OpenIE checkpoint %s: %d of %d passages already extracted, %d to go", path, resumed, len(strings), len(todo))
         else:
             log.info("OpenIE: extracting %d passages with %s into %s", len(todo), llm.model_id, path)
-        atomicio.write_text(_key_file(path), key + "\n")
+        atomicio.write_text(_key_file(path), key + "\n", what="OpenIE key file")
 
         failed_ids: List[str] = []
         failed_ex: Dict[str, Extraction] = {}
@@ -287,6 +296,9 @@ def extract_corpus(
             log.info("OpenIE: %d/%d passages written to %s", len(done), len(strings), path)
             pos += len(chunk)
             size = next_chunk_size(chunk_size, len(chunk), time.monotonic() - t0, getattr(cfg, "checkpoint_s", 30.0))
+            if failed_ids and coverage(len(strings), len(failed_ids)) < cfg.openie.min_coverage:
+                break  # the gate below fires whatever the rest gives: leave it to the rerun
+        not_asked = len(todo) - pos
         if not todo and not path.is_file():
             write_openie(path, foreign)  # empty corpus: still leave a valid file
 
@@ -303,6 +315,7 @@ def extract_corpus(
         openie_parse_failures_triples=counts.parse_failures_triples,
         openie_truncation_repairs=counts.repaired,
         openie_llm_failures=len(failed_ids),
+        openie_llm_failures_by_stage=dict(counts.llm_failures),
         openie_triples=n_triples,
         openie_passages_without_triples=sum(1 for ex in done.values() if not ex.triples),
         openie_prompts=prompt_set.describe(prompts.NER_TEMPLATE, prompts.TRIPLE_TEMPLATE),
@@ -314,6 +327,8 @@ def extract_corpus(
         )
     openie_key = "extract-" + key
     if failed_ids:
+        report["openie_coverage"] = check_openie_failures(str(path), len(strings), counts.llm_failures,
+                                                          counts.first_error, cfg.openie.min_coverage, not_asked)
         log.warning(
             "OpenIE: %d passages failed in the LLM and were not written; rerun to retry them", len(failed_ids)
         )

@@ -155,5 +155,5 @@ def write_openie(path: Path | str, extractions: Sequence[Extraction]) -> None:
         "avg_ent_words": round(_avg([len(e.split()) for e in ents]), 4),
     }
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomicio.write_json(path, payload, indent=None)
+    atomicio.make_dirs(path.parent)
+    atomicio.write_json(path, payload, indent=None, what="OpenIE extraction")

@@ -7,7 +7,8 @@ record of which questions are answered. It holds a header naming the work (a dig
 of every request's response-cache key: model, decoding, prompt, passages, question)
 and one line per finished chunk of reader calls, each appended with flush and fsync.
 A rerun of the same QA work reads the finished chunks back (a line torn by a kill is
-cut off) and asks only the rest; other work (other passages, model or prompt)
+cut off, and the read stops at the first call that failed in the LLM) and asks only
+the rest; other work (other passages, model or prompt)
 discards the file. Replies are kept raw, so how an answer is read from them
 (`qa.answer_marker`, `qa.answer_format`) is applied afresh and can change without
 asking again.
@@ -44,7 +45,11 @@ class QACheckpoint:
             if obj.get("start") != start or not isinstance(rows, list) or \
                     [r.get("key") for r in rows] != self.keys[start : start + len(rows)]:
                 return None
-            return [ChatResponse(r["text"], int(r["input_tokens"]), int(r["output_tokens"]), True, r.get("error")) for r in rows]
+            # A failed call is not an answer: the read stops before it, so the rerun asks
+            # it again (the answers after it come from the response cache); the next
+            # line then starts where this one was cut.
+            good = next((n for n, r in enumerate(rows) if r.get("error")), len(rows))
+            return [ChatResponse(r["text"], int(r["input_tokens"]), int(r["output_tokens"]), True) for r in rows[:good]]
 
         existed = self.path.is_file()
         done = atomicio.read_checkpoint_lines(self.path, self._header(), accept)

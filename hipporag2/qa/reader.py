@@ -11,7 +11,10 @@ and the next one, stripped, or the whole reply (unstripped) when there is none; 
 takes the text after the LAST `Answer:`, then a case-insensitive `answer:`, else the
 stripped reply. Replies without a marker are counted in `qa_no_answer_marker`. EM and token F1 are
 the max over the gold answers, ×100 with one decimal. Per-question rows go to
-`run_dir/qa.jsonl`.
+`run_dir/qa.jsonl`. A call that failed in the LLM (after its retries) is no answer:
+its row carries the error, and more than `qa.max_failure_rate` of them (default 0)
+stop the run once qa.jsonl is written (`gates.check_qa_failures`); the rerun asks only
+those again (the checkpoint's read stops at a failed call).
 """
 from __future__ import annotations
 
@@ -162,11 +165,11 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
     prompt = reader_prompt_of(cfg)
-    answers = answer_questions(
-        cfg, llm, [q.question for q in queries],
-        [[corpus.passages[i].string for i in ctx] for ctx in contexts],
-        checkpoint_dir=run_dir, prompt=prompt,
-    )
+    # a retriever that reads other units than passages (RAPTOR's tree nodes) hands the
+    # reader its own (title, text) context; passages go as their strings (`title\ntext`)
+    texts = [[tuple(c) for c in r.details["reader_context"]] if "reader_context" in r.details else
+             [corpus.passages[i].string for i in ctx] for r, ctx in zip(results, contexts)]
+    answers = answer_questions(cfg, llm, [q.question for q in queries], texts, checkpoint_dir=run_dir, prompt=prompt)
     rows, ems, f1s = [], [], []
     no_marker = failures = 0
     for q, ctx, ans in zip(queries, contexts, answers):
@@ -212,4 +215,10 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     }
     if no_marker or failures:
         log.warning("QA: %d replies without an 'Answer:' marker, %d failed requests", no_marker, failures)
+    if failures:
+        from hipporag2.gates import check_qa_failures
+
+        first = next(a.error for a in answers if a.error is not None)
+        check_qa_failures(failures, n, first, float(getattr(cfg.qa, "max_failure_rate", 0.0)),
+                          f"{run_dir / 'qa.jsonl'} and the QA checkpoint")
     return metrics

@@ -82,8 +82,11 @@ def run_check(runs: Sequence[Run], refs: Sequence[Reference], out=None) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from hipporag2.atomicio import os_errors_exit
+
     try:
-        return _main(argv)
+        with os_errors_exit():  # a full disk or read-only --out: one line, exit 2
+            return _main(argv)
     except BrokenPipeError:  # e.g. piped into `head`
         sys.stderr.close()
         return 0

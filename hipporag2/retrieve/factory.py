@@ -63,11 +63,20 @@ def graph_retriever(parts: RetrieverParts):
         from hipporag2.retrieve.filter_llm import build_filter
 
         fact_filter = build_filter(cfg, parts.llm.get())
-    if cfg.retrieval.linking == "ner_to_node":
+    if cfg.retrieval.linking == "ner_to_node" and cfg.openie.name == "spacy":
+        from hipporag2.openie.spacy_extract import SpacyQueryNER  # the index's pipeline, no LLM
+
+        query_ner = SpacyQueryNER(cfg.openie)
+    elif cfg.retrieval.linking == "ner_to_node":
         from hipporag2.openie.query_ner import build_query_ner
 
         query_ner = build_query_ner(cfg, parts.llm.get())
-    return GraphRetriever(parts.index, parts.store, cfg.retrieval, fact_filter, query_ner, progress=cfg.progress)
+    retriever = GraphRetriever(parts.index, parts.store, cfg.retrieval, fact_filter, query_ner, progress=cfg.progress)
+    if getattr(cfg.retrieval, "fusion", "none") == "rrf":
+        from hipporag2.retrieve.fused_retriever import FusedRetriever
+
+        return FusedRetriever(retriever, bm25_retriever(parts), cfg.retrieval)
+    return retriever
 
 
 def dense_retriever(parts: RetrieverParts):

@@ -1,47 +1,38 @@
 """HippoRAG 2 retrieval (SPEC §3) and its graph-based variants (SPEC §4).
 
 Per query: link the query to phrase nodes (query-to-triple + recognition memory by
-default), seed phrases and passages, run Personalized PageRank, rank passages by
-their PPR probability. Queries are processed in blocks so the PPR solver can solve
-many reset vectors at once; `damping` and `passage_node_weight` enter only in
-the resets and the solver call, so a sweep re-runs only this module.
+default), seed phrases and passages (`seeds`), run Personalized PageRank, rank passages
+by their PPR probability. Queries are processed in blocks so the PPR solver can solve
+many reset vectors at once; `damping` and `passage_node_weight` enter only in the
+resets and the solver call, so a sweep re-runs only this module.
 
-What a query costs besides its PPR is kept small (issue 15): the candidate facts
-come from one pass over the raw fact scores (`min_max_top_k`, the same candidates,
-scores and ties as normalising and sorting all of them), made in bounded pieces on
-large indexes (`min_max_top_k_product`: 32 MB of scores and 32 MB of mapped fact
-embeddings resident at a time), passages are ranked by partial selection, and the resets and PPR answers of a block are made in pieces of
-the solver's width (resets as CSR rows, `reset_rows`; answers in one reused array),
-so no q x nodes temporary is built; with
+What a query costs besides its PPR is kept small: the candidate facts come from one
+pass over the raw fact scores (`min_max_top_k`, the same candidates, scores and ties
+as normalising and sorting all of them), made in bounded pieces on large indexes
+(`min_max_top_k_product`), passages are ranked by partial selection, and the resets
+and PPR answers of a block are made in pieces of what the solver takes at once (resets
+as CSR rows, answers in one reused array), so no q x nodes temporary is built; with
 the batched solver no igraph graph is built either, and its preparation is loaded
-from the index folder (`ppr_store`). Sparse matrices here are `csr.CsrMatrix` (scipy's
-compiled products without importing scipy, 170-250 ms a process would pay for nothing).
+from the index folder (`ppr/store.py`).
 """
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from hipporag2.config import RetrievalConfig
-from hipporag2.gc_pause import long_lived_frozen
 from hipporag2.data.loaders import Query
 from hipporag2.embed.store import EmbeddingStore
 from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
-from hipporag2.mapped_pages import release_rows
 from hipporag2.retrieve import instructions as ins
+from hipporag2.retrieve import seeds as seeding
 from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
-from hipporag2.retrieve.csr import CsrMatrix
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
 from hipporag2.retrieve.scoring import min_max, min_max_rows, min_max_top_k_product, rank_desc
-from hipporag2.retrieve.seeds import (
-    passage_seed_vector,
-    phrase_weights_from_facts,
-    uniform_phrase_seeds,
-)
 from hipporag2.text import normalise_phrase
 
 log = logging.getLogger(__name__)
@@ -53,34 +44,7 @@ QueryNER = Callable[[Sequence[str]], List[List[str]]]
 def dense_scores(store: EmbeddingStore, passage_emb: np.ndarray, questions: Sequence[str], progress: bool) -> np.ndarray:
     """Min-max normalised query x passage dot products (float32, like the reference)."""
     q = store.embed(list(questions), instruction=ins.QUERY_TO_PASSAGE, desc="embed queries (passage)", progress=progress)
-    scores = min_max_rows(q @ np.asarray(passage_emb).T)
-    # a mapped index's passage rows leave our resident set again (18 MB at MuSiQue scale,
-    # read back as minor faults by the next block): they need not sit beside the PPR arrays
-    release_rows(passage_emb, 0, len(passage_emb))
-    return scores
-
-
-def trim_heap() -> None:
-    """Hand the C heap's free memory back to the system (glibc's malloc_trim; elsewhere
-    nothing). Linking leaves ~35 MB of freed temporaries below the allocator's mmap
-    threshold (score normalisations, candidate lists) that the heap keeps for reuse; the
-    PPR arrays that come next are mapped afresh, so without this both count at the peak."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.lru_cache(maxsize=1)
-def _malloc_trim():
-    """libc's malloc_trim, looked up once (find_library may run ldconfig), or None."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
-        return None
+    return min_max_rows(q @ np.asarray(passage_emb).T)
 
 
 class GraphRetriever:
@@ -114,24 +78,24 @@ class GraphRetriever:
         # Without passage nodes: no context edges; passages score by their phrases' PPR mass.
         graph = index.graph if self.with_passage_nodes else (lambda: to_igraph(edges))
         cache = None if index.path is None else index.path / "ppr"
-        self.solver = make_index_solver(cfg.ppr_solver, edges, graph, cache)
+        self.solver = make_index_solver(cfg.ppr_solver, edges, graph, cache, threads=cfg.ppr_threads, tol=cfg.ppr_tol)
         self._ppr_out = OutputBuffer()  # PPR answers of one piece of a block, reused by the next
         self.passages_per_phrase = list(map(len, index.phrase_passages))
         self._passage_phrase = None
         self._fact_chain = None
 
     @property
-    def passage_phrase(self) -> CsrMatrix:
+    def passage_phrase(self) -> sp.csr_matrix:
         """passage x phrase membership, for scoring passages without passage nodes."""
         if self._passage_phrase is None:
             idx = self.index
             rows = [i for i, ps in enumerate(idx.phrase_passages) for _ in ps]
             cols = [p for ps in idx.phrase_passages for p in ps]
-            self._passage_phrase = CsrMatrix.from_coo(cols, rows, np.ones(len(rows)), (idx.n_passages, idx.n_phrases))
+            self._passage_phrase = sp.csr_matrix((np.ones(len(rows)), (cols, rows)), shape=(idx.n_passages, idx.n_phrases))
         return self._passage_phrase
 
     @property
-    def fact_chain(self) -> Tuple[CsrMatrix, CsrMatrix]:
+    def fact_chain(self) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
         """(passage x fact, fact x phrase) 0/1 matrices: the legacy v1 code's
         `docs_to_facts` and `facts_to_phrases` (a fact whose subject is its object
         has one 1)."""
@@ -145,8 +109,8 @@ class GraphRetriever:
             return legacy_passage_scores(*self.fact_chain, phrase_ppr)
         return self.passage_phrase @ phrase_ppr
 
-    # ---- linking -------------------------------------------------------------------
-    def _link_facts(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
+    # ---- linking (the embeddings here, the seeds in `seeds`) ---------------------------
+    def _link_facts(self, questions: Sequence[str]) -> List[seeding.Link]:
         idx, cfg = self.index, self.cfg
         if len(idx.facts) == 0:
             return [([], {"candidate_facts": [], "kept_facts": []}) for _ in questions]
@@ -154,41 +118,19 @@ class GraphRetriever:
         # products of a fixed number of queries (a dot product's rounding depends on the
         # call's shape), normalised only at the candidates
         top, top_scores = min_max_top_k_product(q, idx.fact_emb, cfg.linking_top_k)
-        cand_idx = top.tolist()
-        facts, phrases = idx.facts, idx.phrases
-        candidates = [[facts[i] for i in c] for c in cand_idx]
-        kept_positions = self.fact_filter.select(list(questions), candidates)
-        as_floats = top_scores.tolist()  # each float32 score as a Python float, for the details
-        out = []
-        for cands, cand_facts, cand_scores, floats, kept in zip(cand_idx, candidates, top_scores, as_floats, kept_positions):
-            kept = list(kept)[: cfg.linking_top_k]  # positions in the candidates
-            kept_facts = [cand_facts[k] for k in kept]
-            kept_scores = [cand_scores[k] for k in kept]  # float32 scores, as the seeds divide them
-            weights = phrase_weights_from_facts(
-                kept_facts, kept_scores, idx.phrase_index, self.passages_per_phrase, cfg.node_specificity
-            )
-            seeds = weights[: cfg.linking_top_k]
-            details = {
-                "candidate_facts": [[list(f), s] for f, s in zip(cand_facts, floats)],
-                "kept_facts": [[list(cand_facts[k]), floats[k]] for k in kept],
-                # Before the top-k cut, so ties at the cut can be seen in the output.
-                "phrase_weights": [[phrases[i], float(w)] for i, w in weights],
-            }
-            out.append((seeds, details))
-        return out
+        return seeding.link_facts(questions, top, top_scores, idx.facts, idx.phrases, idx.phrase_index,
+                                  self.passages_per_phrase, self.fact_filter.select, cfg.linking_top_k,
+                                  cfg.node_specificity)
 
-    def _link_nodes(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
+    def _link_nodes(self, questions: Sequence[str]) -> List[seeding.Link]:
         """query_to_node: the query embedding against phrase nodes; top linking_top_k."""
         idx, cfg = self.index, self.cfg
         q = self.store.embed(list(questions), instruction=ins.QUERY_TO_PHRASE, desc="embed queries (phrase)", progress=self.progress)
         scores = min_max_rows(q @ np.asarray(idx.phrase_emb).T)
-        out = []
-        for row in scores:
-            top = rank_desc(row, cfg.linking_top_k).tolist()
-            out.append((self._weigh(top, [float(row[i]) for i in top]), {"linked_phrases": [idx.phrases[i] for i in top]}))
-        return out
+        return seeding.link_nodes(scores, idx.phrases, self.passages_per_phrase, cfg.linking_top_k,
+                                  self.uniform_seeds, cfg.node_specificity)
 
-    def _link_ner(self, questions: Sequence[str]) -> List[Tuple[List[Tuple[int, float]], Dict]]:
+    def _link_ner(self, questions: Sequence[str]) -> List[seeding.Link]:
         """ner_to_node: each query entity is linked to its nearest phrase node."""
         idx = self.index
         entities = self.query_ner(list(questions))
@@ -199,27 +141,8 @@ class GraphRetriever:
         flat = [e for ents in entities for e in ents]
         emb = self.store.embed(flat, instruction=ins.NER_TO_PHRASE, desc="embed query entities", progress=self.progress)
         sims = emb @ np.asarray(idx.phrase_emb).T if len(flat) else np.zeros((0, idx.n_phrases))
-        out, pos = [], 0
-        for ents in entities:
-            linked, linked_scores = [], []
-            for _ in ents:
-                # legacy: np.argmax (equal cosines: the lower index); else our rank rule
-                j = int(np.argmax(sims[pos])) if self.v1_legacy else int(rank_desc(sims[pos], 1)[0])
-                if j not in linked:
-                    linked.append(j)
-                    linked_scores.append(float(sims[pos][j]))
-                pos += 1
-            out.append((self._weigh(linked, linked_scores), {"query_entities": ents, "linked_phrases": [idx.phrases[i] for i in linked]}))
-        return out
-
-    def _weigh(self, phrases: List[int], scores: List[float]) -> List[Tuple[int, float]]:
-        if self.uniform_seeds:
-            return uniform_phrase_seeds(phrases, self.passages_per_phrase, self.cfg.node_specificity)
-        out = []
-        for i, s in zip(phrases, scores):
-            n = self.passages_per_phrase[i]
-            out.append((i, s / n if self.cfg.node_specificity and n > 0 else s))
-        return out
+        return seeding.link_ner(entities, sims, idx.phrases, self.passages_per_phrase, self.v1_legacy,
+                                self.uniform_seeds, self.cfg.node_specificity)
 
     def _link(self, questions):
         if self.cfg.linking == "query_to_triple":
@@ -238,10 +161,6 @@ class GraphRetriever:
         return dense, self._link(questions)
 
     def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
-        with long_lived_frozen():  # collections walk what the queries allocate, not the index
-            return self._retrieve(queries)
-
-    def _retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
         cfg = self.cfg
         results: List[RetrievalResult] = []
         for start in range(0, len(queries), cfg.query_batch_size):
@@ -263,24 +182,22 @@ class GraphRetriever:
         soon as it is there, so memory is a piece, not the block."""
         cfg, idx = self.cfg, self.index
         n_phr, n = idx.n_phrases, idx.n_phrases + idx.n_passages
-        trim_heap()  # before the solver's arrays: the peak is theirs, not theirs plus linking's leftovers
         rows, pseeds = [], {}
         for r, (seeds, _) in enumerate(links):
             if not seeds:
                 continue
             if self.with_passage_nodes:
-                ps = passage_seed_vector(dense[r], cfg.passage_node_weight, cfg.passage_seed_top_k)
+                ps = seeding.passage_seed_vector(dense[r], cfg.passage_node_weight, cfg.passage_seed_top_k)
             else:
                 ps = None  # passage vertices stay, unseeded and unlinked
-            # reset > 0 somewhere (NaN and negative weights do not count), as reset_vector would give
-            if any(w > 0 for _, w in seeds) or (ps is not None and bool(np.any(ps > 0))):
+            if seeding.seeds_anything(seeds, ps):
                 rows.append(r)
                 pseeds[r] = ps
-        piece = max(1, getattr(self.solver, "block_size", 32) * getattr(self.solver, "n_threads", 1))
+        piece = max(1, self.solver.batch_size)
         out: Dict[int, RetrievalResult] = {}
         for s in range(0, len(rows), piece):
             part = rows[s : s + piece]
-            R = reset_rows([links[r][0] for r in part], [pseeds[r] for r in part], n_phr, n)
+            R = seeding.reset_rows([links[r][0] for r in part], [pseeds[r] for r in part], n_phr, n)
             # only the nodes that are scored: the passages, or the phrases whose mass they sum
             cols = slice(n_phr, n) if self.with_passage_nodes else slice(0, n_phr)
             width = cols.stop - cols.start
@@ -289,45 +206,8 @@ class GraphRetriever:
                 vec = ppr[i]
                 scores = vec if self.with_passage_nodes else self.passage_scores(vec)
                 out[r] = query_result(block[r].id, links[r], idx, scores, dense[r], cfg.retrieval_top_k)
-        # the solver's block arrays (~150 MB at MuSiQue scale) need not stay resident
-        # through the next block's fact scores: peak memory is the larger of the two, not the sum
-        release = getattr(self.solver, "release_workspaces", None)
-        if release is not None:
-            release()
+        self.solver.release()  # its block arrays need not stay beside the next block's fact scores
         return out
-
-
-def reset_rows(phrase_seeds: Sequence[Sequence[Tuple[int, float]]], passage_seeds: Sequence[Optional[np.ndarray]],
-               n_phrases: int, n: int) -> CsrMatrix:
-    """The reset vectors of a piece of queries as CSR rows: `seeds.reset_vector` of each
-    (a phrase seeded twice keeps its last weight), without the dense (queries x nodes)
-    array: at MuSiQue scale a reset has ~5 phrase and ~12k passage entries of 97k
-    nodes, so a piece of 64 is ~9 MB instead of 50 MB to zero, fill and read. Canonical by
-    construction (each row's phrases sorted and distinct, then its passages in order)."""
-    index = np.int32 if n < 2**31 else np.int64  # what scipy would pick
-    rows = []
-    for seeds, ps in zip(phrase_seeds, passage_seeds):
-        last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
-        keys = sorted(last)  # phrases come before passages: each row is sorted
-        c = np.array(keys, dtype=index)
-        v = np.array([last[j] for j in keys], dtype=np.float64)
-        if ps is not None:
-            # zeros add nothing; NaN stays (NaN != 0); a mask is ~3x cheaper to find and gather by than a float nonzero
-            keep = np.asarray(ps) != 0
-            nz, pv = np.flatnonzero(keep), np.asarray(ps)[keep]
-        else:
-            nz, pv = np.zeros(0, dtype=np.int64), None
-        rows.append((c, v, pv, nz))
-    indptr = np.zeros(len(rows) + 1, dtype=index)
-    np.cumsum([len(c) + len(nz) for c, _, _, nz in rows], out=indptr[1:])
-    cols, vals = np.empty(int(indptr[-1]), dtype=index), np.empty(int(indptr[-1]))
-    for (c, v, pv, nz), a in zip(rows, indptr[:-1]):  # filled in place: no per-row copies to join
-        cols[a : a + len(c)], vals[a : a + len(c)] = c, v
-        if len(nz):
-            b = a + len(c)
-            np.add(nz, n_phrases, out=cols[b : b + len(nz)], casting="unsafe")
-            vals[b : b + len(nz)] = pv
-    return CsrMatrix(indptr, cols, vals, (len(rows), n))
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,
@@ -359,14 +239,14 @@ def legacy_query_entities(entities: Sequence) -> List[str]:
     return [normalise_phrase(e) for e in entities]
 
 
-def legacy_fact_chain(idx: Index) -> Tuple[CsrMatrix, CsrMatrix]:
+def legacy_fact_chain(idx: Index) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
     """The legacy v1 code's `docs_to_facts` (passage x fact) and `facts_to_phrases`
     (fact x phrase) 0/1 matrices, from the index's facts."""
     if idx.passage_facts is None:
         raise ValueError("this index has no passage -> fact table (made by an older hipporag2): rebuild it")
     rows = [p for p, fs in enumerate(idx.passage_facts) for _ in fs]
     cols = [f for fs in idx.passage_facts for f in fs]
-    docs_to_facts = CsrMatrix.from_coo(rows, cols, np.ones(len(rows)), (idx.n_passages, len(idx.facts)))
+    docs_to_facts = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(idx.n_passages, len(idx.facts)))
     pi = idx.phrase_index
     f_rows, f_cols = [], []
     for f, (s, _, o) in enumerate(idx.facts):
@@ -375,11 +255,11 @@ def legacy_fact_chain(idx: Index) -> Tuple[CsrMatrix, CsrMatrix]:
             if j is not None:
                 f_rows.append(f)
                 f_cols.append(j)
-    facts_to_phrases = CsrMatrix.from_coo(f_rows, f_cols, np.ones(len(f_rows)), (len(idx.facts), idx.n_phrases))
+    facts_to_phrases = sp.csr_matrix((np.ones(len(f_rows)), (f_rows, f_cols)), shape=(len(idx.facts), idx.n_phrases))
     return docs_to_facts, facts_to_phrases
 
 
-def legacy_passage_scores(docs_to_facts: CsrMatrix, facts_to_phrases: CsrMatrix,
+def legacy_passage_scores(docs_to_facts: sp.csr_matrix, facts_to_phrases: sp.csr_matrix,
                           phrase_ppr: np.ndarray) -> np.ndarray:
     """docs_to_facts . (facts_to_phrases . ppr), min-max normalised: a passage counts a
     phrase once per distinct fact of its that mentions it. When every passage scores the

@@ -146,9 +146,7 @@ def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | No
     When a block's scores fit `score_piece_rows`' budget (the shared MuSiQue set: 17k
     facts, up to ~470 queries) this is one product, q @ emb.T, as before. Otherwise
     the queries go `rows` at a time (default: 32 MB of scores) and each piece's
-    scores are made chunk by chunk of `chunk_bytes` of embedding rows; rows of a
-    memory-mapped `emb` are handed back after their chunk (`mapped_pages.release_rows`),
-    so the process holds a chunk of the embeddings, not all of them. The chunk's
+    scores are made chunk by chunk of `chunk_bytes` of embedding rows. The chunk's
     scores of a group of pieces (up to 32 MB) are folded into each row's running
     min, max and top candidates as they are made (`min_max_top_k_streamed`), so each chunk
     of embeddings is read once per group, not once per piece, and no row's scores are
@@ -182,13 +180,10 @@ def _chunk_rows(E, chunk_bytes: int) -> int:
 def _piece_scores(piece: np.ndarray, E, step: int, out: np.ndarray) -> np.ndarray:
     """piece @ E.T, chunk by chunk of `step` embedding rows, into `out` (the products
     whose rounding the piecewise scores are defined by)."""
-    from hipporag2.mapped_pages import release_rows
-
     n = E.shape[0]
     for a in range(0, n, step):
         b = min(n, a + step)
         np.matmul(piece, np.asarray(E[a:b]).T, out=out[:, a:b])
-        release_rows(E, a, b)
     return out
 
 
@@ -211,7 +206,6 @@ def min_max_top_k_streamed(q: np.ndarray, E: np.ndarray, k: int, rows: int, chun
     per-row state as each chunk is made (`scoring_kernels.stream_top_k_rows`) instead of
     three passes over whole rows. Rows the state cannot settle (NaN, many raw ties at
     the top, a float32 near-tie at the cut) are made again the plain way."""
-    from hipporag2.mapped_pages import release_rows
     from hipporag2.retrieve.scoring_kernels import stream_top_k_finish, stream_top_k_rows
 
     n, n_q = E.shape[0], q.shape[0]
@@ -246,7 +240,6 @@ def min_max_top_k_streamed(q: np.ndarray, E: np.ndarray, k: int, rows: int, chun
                 S = chunk[:m, : b - a]
                 for s in range(0, m, rows):
                     np.matmul(G[s : s + rows], Ea, out=S[s : s + rows])
-                release_rows(E, a, b)
                 list(ex.map(lambda t: stream_top_k_rows(S, a, k, lo, hi, top, filled, buf_idx, buf_val, count,
                                                         dropped, state, int(cuts[t]), int(cuts[t + 1])),
                             range(len(cuts) - 1)))

@@ -1,23 +1,25 @@
-"""Seeding the Personalized PageRank (SPEC §3.5-3.7): pure functions."""
+"""Seeding the Personalized PageRank (SPEC §3.5-3.7): pure functions, the one place
+that turns a query's linking into reset vectors.
+
+The three linkings (`link_facts`, `link_nodes`, `link_ner`) give each query its phrase
+seeds and what to report about them; `passage_seed_vector` its passage seeds;
+`reset_rows` makes both the reset rows every solver reads; `seeds_anything` says
+whether a reset would seed the graph at all (else the query falls back to dense).
+The retriever, the sweep and `analysis/explain` all seed through here.
+"""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from hipporag2.retrieve.scoring import rank_desc
 
-
-def phrase_seeds_from_facts(
-    facts: Sequence[Tuple[str, str, str]],
-    fact_scores: Sequence[float],
-    phrase_index: Dict[str, int],
-    passages_per_phrase: Sequence[int],
-    top_k: int,
-    node_specificity: bool = True,
-) -> List[Tuple[int, float]]:
-    """Phrase node -> seed weight, the `top_k` largest, best first (see `phrase_weights_from_facts`)."""
-    return phrase_weights_from_facts(facts, fact_scores, phrase_index, passages_per_phrase, node_specificity)[:top_k]
+Seeds = List[Tuple[int, float]]  # (phrase node, reset weight)
+Link = Tuple[Seeds, Dict]  # a query's phrase seeds and the details its result reports
+# kept candidate positions per question, from the fact filter: (questions, candidate facts) -> positions
+SelectFacts = Callable[[List[str], List[List[Tuple[str, str, str]]]], Sequence[Sequence[int]]]
 
 
 def phrase_weights_from_facts(
@@ -26,7 +28,7 @@ def phrase_weights_from_facts(
     phrase_index: Dict[str, int],
     passages_per_phrase: Sequence[int],
     node_specificity: bool = True,
-) -> List[Tuple[int, float]]:
+) -> Seeds:
     """Every linked phrase with its weight, best first, before the top-k cut.
 
     Each kept fact adds f / |passages(phrase)| to its subject and to its object (when
@@ -52,20 +54,87 @@ def phrase_weights_from_facts(
     return means
 
 
-def uniform_phrase_seeds(
-    phrases: Sequence[int], passages_per_phrase: Sequence[int], node_specificity: bool = True
-) -> List[Tuple[int, float]]:
+def weigh_phrases(phrases: Sequence[int], scores: Sequence[float], passages_per_phrase: Sequence[int],
+                  uniform: bool = False, node_specificity: bool = True) -> Seeds:
+    """Linked phrases' seeds: their link scores (HippoRAG 1, `uniform`: 1 each), divided by
+    the number of passages mentioning them under `node_specificity`; a phrase linked twice
+    keeps one entry (uniform) or its last weight (the reset takes the last)."""
+    out: Dict[int, float] | List[Tuple[int, float]] = {} if uniform else []
+    for i, s in zip(phrases, scores):
+        n = passages_per_phrase[i]
+        w = 1.0 if uniform else s
+        w = w / n if node_specificity and n > 0 else w
+        if uniform:
+            out[i] = w
+        else:
+            out.append((i, w))
+    return list(out.items()) if uniform else out
+
+
+def uniform_phrase_seeds(phrases: Sequence[int], passages_per_phrase: Sequence[int],
+                         node_specificity: bool = True) -> Seeds:
     """HippoRAG 1: each linked phrase gets 1 (divided by its passage count)."""
-    out: Dict[int, float] = {}
-    for idx in phrases:
-        n = passages_per_phrase[idx]
-        out[idx] = 1.0 / n if node_specificity and n > 0 else 1.0
-    return list(out.items())
+    return weigh_phrases(phrases, [1.0] * len(phrases), passages_per_phrase, True, node_specificity)
 
 
-def passage_seed_vector(
-    dense_normalised: np.ndarray, passage_node_weight: float, top_k: Optional[int] = None
-) -> np.ndarray:
+# ---- the three linkings -------------------------------------------------------------
+def link_facts(questions: Sequence[str], top: np.ndarray, top_scores: np.ndarray, facts, phrases, phrase_index,
+               passages_per_phrase, select: SelectFacts, top_k: int, node_specificity: bool = True) -> List[Link]:
+    """query_to_triple: each question's candidate facts (`top`, their min-max scores
+    `top_scores`, from `scoring.min_max_top_k_product`), those the filter keeps, and the
+    phrases of the kept facts weighted by `phrase_weights_from_facts`, top_k of them."""
+    cand_idx = top.tolist()
+    candidates = [[facts[i] for i in c] for c in cand_idx]
+    kept_positions = select(list(questions), candidates)
+    as_floats = top_scores.tolist()  # each float32 score as a Python float, for the details
+    out = []
+    for cand_facts, cand_scores, floats, kept in zip(candidates, top_scores, as_floats, kept_positions):
+        kept = list(kept)[:top_k]  # positions in the candidates
+        kept_scores = [cand_scores[k] for k in kept]  # float32 scores, as the seeds divide them
+        weights = phrase_weights_from_facts([cand_facts[k] for k in kept], kept_scores, phrase_index,
+                                            passages_per_phrase, node_specificity)
+        details = {
+            "candidate_facts": [[list(f), s] for f, s in zip(cand_facts, floats)],
+            "kept_facts": [[list(cand_facts[k]), floats[k]] for k in kept],
+            # before the top-k cut, so ties at the cut can be seen in the output
+            "phrase_weights": [[phrases[i], float(w)] for i, w in weights],
+        }
+        out.append((weights[:top_k], details))
+    return out
+
+
+def link_nodes(scores: np.ndarray, phrases, passages_per_phrase, top_k: int, uniform: bool = False,
+               node_specificity: bool = True) -> List[Link]:
+    """query_to_node: the top_k phrase nodes by each query's min-max normalised scores."""
+    out = []
+    for row in scores:
+        top = rank_desc(row, top_k).tolist()
+        seeds = weigh_phrases(top, [float(row[i]) for i in top], passages_per_phrase, uniform, node_specificity)
+        out.append((seeds, {"linked_phrases": [phrases[i] for i in top]}))
+    return out
+
+
+def link_ner(entities: Sequence[Sequence[str]], sims: np.ndarray, phrases, passages_per_phrase, legacy: bool = False,
+             uniform: bool = False, node_specificity: bool = True) -> List[Link]:
+    """ner_to_node: each query entity linked to its nearest phrase node (`sims`: one row
+    per entity, in order); legacy: np.argmax (equal cosines: the lower index)."""
+    out, pos = [], 0
+    for ents in entities:
+        linked, linked_scores = [], []
+        for _ in ents:
+            j = int(np.argmax(sims[pos])) if legacy else int(rank_desc(sims[pos], 1)[0])
+            if j not in linked:
+                linked.append(j)
+                linked_scores.append(float(sims[pos][j]))
+            pos += 1
+        seeds = weigh_phrases(linked, linked_scores, passages_per_phrase, uniform, node_specificity)
+        out.append((seeds, {"query_entities": ents, "linked_phrases": [phrases[i] for i in linked]}))
+    return out
+
+
+# ---- resets -------------------------------------------------------------------------
+def passage_seed_vector(dense_normalised: np.ndarray, passage_node_weight: float,
+                        top_k: Optional[int] = None) -> np.ndarray:
     """Every passage gets weight x its min-max normalised dense score (or only the top-k)."""
     seeds = dense_normalised * passage_node_weight
     if top_k is not None:
@@ -75,13 +144,44 @@ def passage_seed_vector(
     return seeds
 
 
-def reset_vector(
-    n_phrases: int, phrase_seeds: Sequence[Tuple[int, float]], passage_seeds: Optional[np.ndarray]
-) -> np.ndarray:
-    n_passages = 0 if passage_seeds is None else len(passage_seeds)
-    reset = np.zeros(n_phrases + n_passages, dtype=np.float64)
-    for idx, w in phrase_seeds:
-        reset[idx] = w
-    if passage_seeds is not None:
-        reset[n_phrases:] = passage_seeds
-    return reset
+def seeds_anything(phrase_seeds: Seeds, passage_seeds: Optional[np.ndarray]) -> bool:
+    """Whether the reset (`reset_rows`) has a positive entry (NaN and negative weights do
+    not count, as the solvers clean them to 0): otherwise PPR is undefined and the query
+    falls back to its dense ranking."""
+    return any(w > 0 for w in dict(phrase_seeds).values()) or (passage_seeds is not None and bool(np.any(passage_seeds > 0)))
+
+
+def reset_rows(phrase_seeds: Sequence[Seeds], passage_seeds: Sequence[Optional[np.ndarray]],
+               n_phrases: int, n: int) -> sp.csr_matrix:
+    """The reset vectors of some queries as CSR rows over the n nodes (phrases, then
+    passages): each query's phrase seeds (a phrase seeded twice keeps its last weight)
+    and its passage seeds (None: no passage entries). Zeros among the passages are left
+    out; everything else (NaN, negatives) is kept for the solver to clean. A query's
+    reset has a few phrase entries and up to one per passage, so rows are far smaller
+    than dense resets. Canonical by construction (each row sorted, no duplicates)."""
+    index = np.int32 if n < 2**31 else np.int64  # what scipy would pick
+    rows = []
+    for seeds, ps in zip(phrase_seeds, passage_seeds):
+        last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
+        keys = sorted(last)  # phrases come before passages: each row is sorted
+        c = np.array(keys, dtype=index)
+        v = np.array([last[j] for j in keys], dtype=np.float64)
+        if ps is not None:
+            keep = np.asarray(ps) != 0  # zeros add nothing; NaN stays (NaN != 0)
+            nz, pv = np.flatnonzero(keep), np.asarray(ps)[keep]
+        else:
+            nz, pv = np.zeros(0, dtype=np.int64), None
+        rows.append((c, v, pv, nz))
+    indptr = np.zeros(len(rows) + 1, dtype=index)
+    np.cumsum([len(c) + len(nz) for c, _, _, nz in rows], out=indptr[1:])
+    cols, vals = np.empty(int(indptr[-1]), dtype=index), np.empty(int(indptr[-1]))
+    for (c, v, pv, nz), a in zip(rows, indptr[:-1]):  # filled in place: no per-row copies to join
+        cols[a : a + len(c)], vals[a : a + len(c)] = c, v
+        if len(nz):
+            b = a + len(c)
+            np.add(nz, n_phrases, out=cols[b : b + len(nz)], casting="unsafe")
+            vals[b : b + len(nz)] = pv
+    R = sp.csr_matrix((vals, cols, indptr), shape=(len(rows), n))
+    R.has_sorted_indices = True
+    R.has_canonical_format = True
+    return R
