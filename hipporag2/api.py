@@ -452,7 +452,7 @@ class HippoRAG:
             if gold is not None and len(gold) != len(results):
                 raise ConfigError(f"{name} has {len(gold)} entries for {len(results)} queries")
         top_k = self.cfg.qa.qa_top_k
-        contexts = [[(p.title, p.text) for p in (passage_of_string(d, 0) for d in r.docs[:top_k])] for r in results]
+        contexts = [list(r.docs[:top_k]) for r in results]  # passage strings, as the reference's reader takes them
         answers = answer_questions(self.cfg, self._llm.get(), [r.question for r in results], contexts)
         report = QAReport(results=results)
         ems, f1s = [], []

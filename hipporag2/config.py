@@ -298,6 +298,11 @@ def validate(cfg: Config) -> Config:
         problems.append(f"checkpoint_s={cfg.checkpoint_s} must be >= 0")
     if cfg.qa.chunk_size < 1:
         problems.append(f"qa.chunk_size={cfg.qa.chunk_size} must be >= 1")
+    if cfg.qa.enabled and cfg.qa.answer_format == "json" and cfg.llm.prompts == "reference":
+        problems.append(
+            "qa.answer_format=json needs llm.prompts=own: the reference's reader prompt asks for "
+            "'Answer: ...', never for {\"answer\": ...}"
+        )
     if problems:
         # One line: the CLI prints it as its whole answer (exit 2).
         raise ConfigError("invalid configuration: " + "; ".join(problems))

@@ -302,6 +302,14 @@ QA_ANSWER_MARKERS.register("reference", "hipporag2.qa.reader:extract_answer_refe
 QA_ANSWER_MARKERS.register("last", "hipporag2.qa.reader:extract_answer",
                            "the text after the last `Answer:` (then a case-insensitive `answer:`), else the stripped reply")
 
+PROMPT_SOURCES = family("prompt_sources", "llm.prompts",
+                        "Whose prompts the LLM stages send: OpenIE NER and triples, query NER, the reader (docs/llm_stages.md).")
+PROMPT_SOURCES.register("reference", None,
+                        "the authors' templates (ner, triple_extraction, ner_query, rag_qa_*), read as data from the "
+                        "installed `hipporag==2.0.0a4` wheel; messages byte-identical to its PromptTemplateManager's")
+PROMPT_SOURCES.register("own", None,
+                        "our own wording with invented one-shot examples and JSON answer formats (the SmolLM2 CPU presets)")
+
 LLM_ON_FAILURE = family("llm_on_failure", "llm.on_failure", "What a permanently failed LLM request does.")
 LLM_ON_FAILURE.register("record", None, "record the failure (empty answer) and go on; counted in metrics.json")
 LLM_ON_FAILURE.register("stop", None, "stop the run with the error")

@@ -349,6 +349,9 @@ def llm_stage_stats(retriever) -> Dict[str, Dict[str, int]]:
     info = getattr(getattr(retriever, "fact_filter", None), "program_info", None)
     if info:
         out["filter_program"] = dict(info)  # which program (name, source, sha256) ran
+    prompt_info = getattr(getattr(retriever, "query_ner", None), "prompt_info", None)
+    if prompt_info:
+        out["query_ner_prompts"] = dict(prompt_info)  # which prompt (source, template sha256) ran
     return out
 
 

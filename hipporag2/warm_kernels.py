@@ -43,7 +43,7 @@ def warm() -> float:
     R = reset_rows([[(0, 1.0)], [(3, 0.5)], []], [rng.random(n - 8)] * 3, 8, n)
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):  # made and saved, then loaded back (read-only arrays)
-            solver = BatchedSolver.from_edges(edges, tmp, n_threads=1)
+            solver = BatchedSolver.from_edges(edges, tmp, n_threads=1, numba_min_nnz=0)  # small: force numba
             solver.solve(R, 0.5, out=np.empty((3, 8)), columns=slice(n - 8, n))
             solver.solve_many(R, [0.5, 0.3])
     from hipporag2.retrieve import scoring

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 from benchmarks.rankings import rank_desc_stable, rankings_agree
 from hipporag2.registry import PPR_SOLVERS
 from hipporag2.retrieve.ppr import OutputBuffer, PPRSolver, make_solver
-from hipporag2.retrieve.ppr.batched import BatchedSolver
+from hipporag2.retrieve.ppr.batched import NUMBA_MIN_NNZ, BatchedSolver
 from hipporag2.retrieve.ppr.kernels import chebyshev_step, gather_resets, scatter_answers, shifted_product
 from hipporag2.retrieve.ppr.prepare import Panels, block_size_for, component_vectors, spectral_interval
 from hipporag2.retrieve.ppr.prpack import PrpackSolver
 
 DAMPINGS = [0.0, 0.5, 0.85, 0.99]
 TIE_ATOL = 1e-11  # BatchedSolver's default tol: the L1 error it guarantees
+PATHS = (0, NUMBA_MIN_NNZ)  # numba_min_nnz: these small graphs on the compiled loops, or on scipy's
 
 
 def raw_prpack(g: ig.Graph, reset, d: float) -> np.ndarray:
@@ -83,10 +84,10 @@ def assert_matches(g: ig.Graph, n_phrase: int, R: np.ndarray, d: float, ours: np
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graph_case(), st.sampled_from(DAMPINGS))
-def test_batched_matches_prpack(case, d):
+@given(graph_case(), st.sampled_from(DAMPINGS), st.sampled_from(PATHS))
+def test_batched_matches_prpack(case, d, numba_min_nnz):
     g, n_phrase, R = case
-    ours = BatchedSolver(g, block_size=2, n_threads=1).solve(R, d)
+    ours = BatchedSolver(g, block_size=2, n_threads=1, numba_min_nnz=numba_min_nnz).solve(R, d)
     assert ours.shape == R.shape and ours.dtype == np.float64
     assert np.allclose(ours.sum(axis=1), 1.0)
     assert (ours >= 0).all()
@@ -94,10 +95,10 @@ def test_batched_matches_prpack(case, d):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graph_case())
-def test_all_dampings_in_one_krylov_space(case):
+@given(graph_case(), st.sampled_from(PATHS))
+def test_all_dampings_in_one_krylov_space(case, numba_min_nnz):
     g, n_phrase, R = case
-    Y = BatchedSolver(g, block_size=2, n_threads=1).solve_many(R, [0.85, 0.0, 0.5, 0.99, 0.3])
+    Y = BatchedSolver(g, block_size=2, n_threads=1, numba_min_nnz=numba_min_nnz).solve_many(R, [0.85, 0.0, 0.5, 0.99, 0.3])
     for k, d in enumerate([0.85, 0.0, 0.5, 0.99, 0.3]):
         assert_matches(g, n_phrase, R, d, Y[k] / Y[k].sum(axis=1, keepdims=True))
 
@@ -441,3 +442,19 @@ def test_block_size_follows_the_workspace_budget():
     assert block_size_for(2 * 96_939, 2) == 16
     assert block_size_for(10 * 96_939, 2) == 8
     assert block_size_for(96_939, 2, budget=100 << 20) == 16
+
+
+def test_small_graphs_do_not_start_numba():
+    """Below NUMBA_MIN_NNZ a solver runs on scipy and never imports numba (its start-up is
+    what the path saves); at or above it, the compiled loops are imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, igraph as ig\n"
+            "from hipporag2.retrieve.ppr.batched import BatchedSolver\n"
+            "g = ig.Graph.Ring(30)\n"
+            "BatchedSolver(g, numba_min_nnz=int(sys.argv[1])).solve(np.eye(30)[:3], 0.5)\n"
+            "print('numba' in sys.modules)")
+    for threshold, started in (("1000", "False"), ("0", "True")):
+        done = subprocess.run([sys.executable, "-c", code, threshold], capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == started, done.stderr

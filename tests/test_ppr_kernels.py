@@ -7,7 +7,8 @@ in-memory loop) must be bitwise those of the same pass over m columns (registers
 every pass built on the row sums, on panels of several shapes (rows without entries
 in a panel, one panel, many). Against numpy's own
 product they must agree to round-off, and the solver built on them must still match
-prpack for blocks of every register width with a narrower last block.
+prpack for blocks of every register width with a narrower last block. Graphs below
+NUMBA_MIN_NNZ skip these loops (`batched._ScipyLoops`): both paths must give the same answers.
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def test_solver_on_register_widths_matches_prpack(block):
         R[i, rng.choice(g.vcount(), 5, replace=False)] = rng.random(5) + 0.1
     ref = np.array([g.personalized_pagerank(damping=0.5, directed=False, weights="weight", reset=list(r),
                                             implementation="prpack") for r in R])
-    got = BatchedSolver(g, block_size=block).solve(R, 0.5)
+    got = BatchedSolver(g, block_size=block, numba_min_nnz=0).solve(R, 0.5)
     assert np.abs(got - ref).sum(axis=1).max() < 1e-10
     assert all(rankings_agree(ref[i], got[i], k=200, atol=1e-10) for i in range(q))
 
@@ -145,3 +146,45 @@ def test_other_layouts_take_the_loop_in_memory(m):
                     (np.asfortranarray(x), np.asfortranarray(np.empty((n, m))))):
         K.shifted_product(P.indptr, P.indices, P.data, 0.5, xs, out)
         assert np.array_equal(out, want)
+
+
+def path_cases():
+    """Graph shapes for the two paths: several panels, a hub, parallel edges and isolated
+    nodes, several components."""
+    random.seed(5)
+    rng = np.random.default_rng(5)
+    big = ig.Graph.Barabasi(5000, 2)  # at block size 256, panels of 2048 rows: three
+    hub = ig.Graph.Star(400)
+    hub.add_vertices(4)
+    multi = ig.Graph.Erdos_Renyi(n=300, m=900)
+    multi.add_edges(multi.get_edgelist()[:150])
+    multi.add_vertices(3)
+    parts = ig.Graph.Ring(50).disjoint_union([ig.Graph.Full(12), ig.Graph.Tree(200, 3)])
+    for g in (big, hub, multi, parts):
+        g.es["weight"] = rng.choice([0.5, 1.0, 2.0], g.ecount()).tolist()
+    return {"panels": big, "star": hub, "multi": multi, "components": parts}
+
+
+PATH_CASES = path_cases()
+
+
+@pytest.mark.parametrize("case", sorted(PATH_CASES))
+def test_scipy_path_agrees_with_the_compiled_loops(case):
+    """The path is chosen by numba_min_nnz alone; both solve to within round-off of each
+    other and rank every node alike, for one damping (Chebyshev) and several (CG)."""
+    g = PATH_CASES[case]
+    rng = np.random.default_rng(len(case))
+    R = sp.random(37, g.vcount(), density=0.02, random_state=rng, format="csr")
+    R.data[::9] = -1.0  # cleaned to 0, as the reference does
+    R = R[np.asarray(R.maximum(0).sum(axis=1)).ravel() > 0]
+    block = 256 if case == "panels" else 16
+    compiled = BatchedSolver(g, block_size=block, numba_min_nnz=0)
+    plain = BatchedSolver(g, block_size=block, numba_min_nnz=10**12)
+    assert compiled._K is K and type(plain._K).__name__ == "_ScipyLoops"
+    assert len(compiled.panels.indptr) == (3 if case == "panels" else 1)
+    n0 = g.vcount() // 3
+    for a, b in ((compiled.solve(R, 0.5), plain.solve(R, 0.5)),
+                 (compiled.solve(R, 0.85, columns=slice(n0, None)), plain.solve(R, 0.85, columns=slice(n0, None))),
+                 (compiled.solve_many(R, [0.85, 0.5, 0.3])[1], plain.solve_many(R, [0.85, 0.5, 0.3])[1])):
+        assert np.abs(a - b).sum(axis=1).max() <= 1e-12 * np.abs(a).sum(axis=1).max()
+        assert all(rankings_agree(a[i], b[i]) for i in range(len(a)))

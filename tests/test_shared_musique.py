@@ -128,7 +128,9 @@ def _canned_reply(shape: str, cands: list) -> str:
 
 
 class _CannedServer:
-    def __init__(self):
+    """`reply_for(body) -> reply text` answers each request (default: the filter's shapes)."""
+
+    def __init__(self, reply_for=None):
         import http.server
         import threading
 
@@ -138,11 +140,14 @@ class _CannedServer:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                last = body["messages"][-1]["content"]
-                facts_text = last.split("[[ ## fact_before_filter ## ]]\n", 1)[1].split("\n\nRespond with", 1)[0]
-                cands = json.loads(facts_text)["fact"]
-                shape = _SHAPES[sum(map(ord, last)) % len(_SHAPES)]
-                reply = _canned_reply(shape, cands)
+                if reply_for is not None:
+                    shape, reply = None, reply_for(body)
+                else:
+                    last = body["messages"][-1]["content"]
+                    facts_text = last.split("[[ ## fact_before_filter ## ]]\n", 1)[1].split("\n\nRespond with", 1)[0]
+                    cands = json.loads(facts_text)["fact"]
+                    shape = _SHAPES[sum(map(ord, last)) % len(_SHAPES)]
+                    reply = _canned_reply(shape, cands)
                 server.requests.append((body, shape, reply))
                 out = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}],
                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()

@@ -482,7 +482,10 @@ def _served_run(root: Path, server: Any, small_data: Path) -> Run:
     # `make setup` installs): the paper's prompt, through the paper's engine.
     overrides = [*_common(small_data), "qa=reader", "llm=openai_compatible", "llm.model=smollm2",
                  f"llm.base_url='{server.url}'", "llm.max_concurrency=8", "llm.timeout_s=600",
-                 "retrieval.filter_program=reference"]
+                 "retrieval.filter_program=reference",
+                 # Our prompts, as the offline runs' preset (smollm2_vllm_cpu) sends them, so that
+                 # the two front ends answer the same requests.
+                 "llm.prompts=own"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return run_cli([sys.executable, "-m", "hipporag2.cli"], "served", root, root / "cache", overrides, env)
 

@@ -42,7 +42,29 @@ def check_input_paths(cfg) -> List[str]:
         checked.append(str(p))
     if uses_filter:
         check_filter_program_loads(r.filter_program)
+    checked += check_reference_prompts(cfg)
     return checked
+
+
+def check_reference_prompts(cfg) -> List[str]:
+    """With an LLM configured and `llm.prompts=reference`, the authors' templates every
+    LLM stage may render are read now (from the installed reference wheel), so that a
+    missing wheel or template stops the run with one line before any work."""
+    llm = getattr(cfg, "llm", None)
+    if llm is None or not getattr(llm, "model", "") or getattr(llm, "prompts", "own") != "reference":
+        return []
+    from hipporag2.llm.reference_templates import ReferenceTemplates, TemplateError
+    from hipporag2.openie.prompts import NER_TEMPLATE, QUERY_NER_TEMPLATE, TRIPLE_TEMPLATE
+    from hipporag2.qa.prompts import reader_prompt
+
+    try:
+        templates = ReferenceTemplates.installed()
+        for name in (NER_TEMPLATE, TRIPLE_TEMPLATE, QUERY_NER_TEMPLATE):
+            templates.get(name)
+        reader = reader_prompt("reference", getattr(cfg.dataset, "name", None))
+    except TemplateError as exc:
+        raise DataError("llm.prompts", str(exc)) from None
+    return [str(templates.folder), reader.template.path]
 
 
 def check_filter_program_loads(spec) -> None:

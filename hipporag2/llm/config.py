@@ -30,6 +30,11 @@ class LLMConfig:
     temperature: float = 0.0
     max_new_tokens: int = 1024
     seed: int = 0
+    # Whose prompts every LLM stage sends (OpenIE NER and triples, query NER, reader):
+    # reference (the authors' templates, read from the installed `hipporag` wheel at run
+    # time; the default of every preset but the SmolLM2 ones) | own (our wording, with
+    # the JSON answer formats the CPU demo's constrained decoding needs). hipporag2.registry.PROMPT_SOURCES
+    prompts: str = "reference"
     # Constrained decoding to a JSON schema: off in paper presets for faithfulness.
     constrained_decoding: bool = False
     # vLLM offline engine (`vllm.LLM`). The reference implementation's engine uses seed 0,

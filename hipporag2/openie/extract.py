@@ -23,8 +23,13 @@ Failures:
   passages and a key marked incomplete, so no index built from the gap is mistaken for
   a complete one.
 
+Prompts: `llm.prompts` (hipporag2/openie/prompts.py `OpenIEPrompts`): the authors'
+templates from the installed reference wheel (`reference`) or our own wording (`own`).
+
 File location: `cfg.openie.output_path`, or `{cache_dir}/openie/{key}.json` where `key`
-hashes the corpus, the model, the decoding settings and `PROMPT_VERSION`.
+hashes the corpus, the model, the decoding settings and the prompts (`own`: our
+`PROMPT_VERSION`; `reference`: the source and the sha256 of the `ner` and
+`triple_extraction` templates).
 """
 from __future__ import annotations
 
@@ -73,8 +78,12 @@ def step_limits(llm_cfg, openie_cfg=None) -> Tuple[int, int]:
     return int(ner), int(tri)
 
 
-def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg, openie_cfg=None) -> str:
-    """Hash of everything that changes the extraction of this corpus."""
+def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg, openie_cfg=None,
+                   prompt_set: Optional[prompts.OpenIEPrompts] = None) -> str:
+    """Hash of everything that changes the extraction of this corpus (`prompt_set`:
+    the prompts of `llm.prompts`, read here when not given)."""
+    if prompt_set is None:
+        prompt_set = prompts.openie_prompts(getattr(llm_cfg, "prompts", "own"))
     decoding = {
         "temperature": llm_cfg.temperature,
         "max_new_tokens": llm_cfg.max_new_tokens,
@@ -92,7 +101,7 @@ def extraction_key(corpus_strings: Sequence[str], model_id: str, llm_cfg, openie
         "corpus": corpus_digest(corpus_strings),
         "model": model_id,
         "decoding": decoding,
-        "prompt": prompts.PROMPT_VERSION,
+        "prompt": prompt_set.extraction_key_part(),
     }
     # How replies are read; entered only when not `lenient` (what older keys were made with).
     reading = getattr(openie_cfg, "parse", "lenient")
@@ -185,29 +194,33 @@ class _Counts:
 
 def _extract_chunk(llm, passages: Sequence[str], constrained: bool, progress: bool, counts: _Counts,
                    limits: Tuple[Optional[int], Optional[int]] = (None, None),
-                   reader: OpenIEReader = LENIENT_READER) -> List[Tuple[Extraction, bool]]:
+                   reader: OpenIEReader = LENIENT_READER,
+                   prompt_set: prompts.OpenIEPrompts = prompts.OpenIEPrompts()) -> List[Tuple[Extraction, bool]]:
     """(extraction, complete) per passage; complete=False when an LLM request failed.
 
     `limits`: max_new_tokens of the NER and the triple requests (None: the LLM's default).
-    `reader`: how replies are read (`openie.parse`). Entities that are not strings (the
-    reference's reading keeps what the reply wrote) are not stored: the interchange
-    format holds strings (docs/quirks.md).
+    `reader`: how replies are read (`openie.parse`). `prompt_set`: the messages
+    (`llm.prompts`). The triple request carries the NER result as read (the reference's
+    prompt serialises it whole); entities that are not strings (the reference's reading
+    keeps what the reply wrote) are not stored: the interchange format holds strings
+    (docs/quirks.md).
     """
     ner_limit, triple_limit = limits
     ner_schema = prompts.NER_SCHEMA if constrained else None
     ner_out = llm.generate(
-        [ChatRequest(messages=prompts.ner_messages(p), max_new_tokens=ner_limit, json_schema=ner_schema)
+        [ChatRequest(messages=prompt_set.ner(p), max_new_tokens=ner_limit, json_schema=ner_schema)
          for p in passages],
         stage="openie_ner",
         progress=progress,
     )
     read = [counts.read("ner", resp, reader.entities, ner_limit) for resp in ner_out]
     failed = [value is None for value in read]
-    entities: List[List[str]] = [[e for e in value if isinstance(e, str)] if value else [] for value in read]
+    ner_values: List[list] = [list(value) if value else [] for value in read]
+    entities: List[List[str]] = [[e for e in value if isinstance(e, str)] for value in ner_values]
     triple_schema = prompts.TRIPLE_SCHEMA if constrained else None
     todo = [i for i in range(len(passages)) if not failed[i]]
     triple_out = llm.generate(
-        [ChatRequest(messages=prompts.triple_messages(passages[i], entities[i]), max_new_tokens=triple_limit,
+        [ChatRequest(messages=prompt_set.triples(passages[i], ner_values[i]), max_new_tokens=triple_limit,
                      json_schema=triple_schema) for i in todo],
         stage="openie_triples",
         progress=progress,
@@ -233,7 +246,8 @@ def extract_corpus(
 ) -> Tuple[Dict[str, Extraction], str]:
     """Extractions by passage id (every corpus passage), and the key naming them."""
     strings = corpus.strings
-    key = extraction_key(strings, llm.model_id, cfg.llm, cfg.openie)
+    prompt_set = prompts.openie_prompts(cfg.llm.prompts)
+    key = extraction_key(strings, llm.model_id, cfg.llm, cfg.openie, prompt_set)
     explicit = bool(cfg.openie.output_path)
     path = Path(cfg.openie.output_path) if explicit else default_output_path(cfg, key)
     chunk_size = int(chunk_size or getattr(cfg.openie, "chunk_size", None) or DEFAULT_CHUNK_SIZE)
@@ -270,7 +284,7 @@ def extract_corpus(
             chunk = todo[pos : pos + size]
             t0 = time.monotonic()
             results = _extract_chunk(llm, [strings[i] for i in chunk], constrained, cfg.progress, counts,
-                                     step_limits(cfg.llm, cfg.openie), openie_reader(cfg.openie))
+                                     step_limits(cfg.llm, cfg.openie), openie_reader(cfg.openie), prompt_set)
             for i, (ex, complete) in zip(chunk, results):
                 if complete:
                     done[corpus_ids[i]] = ex
@@ -304,6 +318,7 @@ def extract_corpus(
         openie_llm_failures_by_stage=dict(counts.llm_failures),
         openie_triples=n_triples,
         openie_passages_without_triples=sum(1 for ex in done.values() if not ex.triples),
+        openie_prompts=prompt_set.describe(prompts.NER_TEMPLATE, prompts.TRIPLE_TEMPLATE),
     )
     if counts.parse_failures_ner or counts.parse_failures_triples:
         log.warning(

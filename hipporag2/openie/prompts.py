@@ -1,16 +1,26 @@
-"""One-shot OpenIE prompts (SPEC §6): NER, then triples conditioned on the NER list.
+"""One-shot OpenIE prompts (SPEC §6): NER, then triples conditioned on the NER list;
+and the query NER of HippoRAG v1 linking. Two sources (`llm.prompts`, `OpenIEPrompts`):
 
-The wording and the worked example (an invented observatory) are this project's own.
-Answers are JSON objects: `{"named_entities": [...]}` and `{"triples": [[s, p, o], ...]}`.
-
-Changing any text here changes what the model is asked, so `PROMPT_VERSION` must be
-bumped with it: it is part of the OpenIE cache key, and a stale extraction file is
-never reused for a different prompt.
+- `reference`: the authors' templates `ner`, `triple_extraction` and `ner_query`, read
+  from the installed reference wheel (hipporag2/llm/reference_templates.py) and filled
+  as the reference fills them: NER with the passage string (`title\ntext`), triples with
+  the passage and `json.dumps({"named_entities": entities})` (default separators, ASCII
+  escapes; the entities as the NER reply was read, repeats dropped, elements kept as
+  written), query NER with the question. The templates' sha256 enter the OpenIE cache
+  key and metrics.json.
+- `own`: the wording and the worked example (an invented observatory) below, answers
+  as JSON objects `{"named_entities": [...]}` and `{"triples": [[s, p, o], ...]}`.
+  Changing any of its text changes what the model is asked, so `PROMPT_VERSION` must
+  be bumped with it: it is part of the OpenIE cache key, and a stale extraction file is
+  never reused for a different prompt.
 """
 from __future__ import annotations
 
 import json
-from typing import Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from hipporag2.llm.reference_templates import ReferenceTemplates
 
 PROMPT_VERSION = "hr2-openie-1"
 
@@ -120,6 +130,69 @@ def query_ner_messages(question: str) -> Messages:
         ("assistant", _compact({"named_entities": EXAMPLE_QUESTION_ENTITIES})),
         ("user", f"Question: {question}"),
     )
+
+
+# --- the prompt source of a run (`llm.prompts`) ----------------------------------------
+
+NER_TEMPLATE = "ner"
+TRIPLE_TEMPLATE = "triple_extraction"
+QUERY_NER_TEMPLATE = "ner_query"
+
+
+def reference_entity_json(entities: Sequence[Any]) -> str:
+    """The NER result as the reference's triple prompt carries it. Elements that JSON
+    cannot hold (a set or bytes read from a reply) make the reference's request fail;
+    here they are left out, and the rest is sent."""
+    try:
+        return json.dumps({"named_entities": list(entities)})
+    except (TypeError, ValueError):
+        return json.dumps({"named_entities": [e for e in entities if isinstance(e, (str, int, float, bool)) or e is None]})
+
+
+@dataclass(frozen=True)
+class OpenIEPrompts:
+    """The NER, triple and query-NER messages of one prompt source."""
+
+    source: str = "own"
+    templates: Optional[ReferenceTemplates] = None
+
+    def ner(self, passage: str) -> Messages:
+        if self.templates is None:
+            return ner_messages(passage)
+        return self.templates.render(NER_TEMPLATE, passage=passage)
+
+    def triples(self, passage: str, entities: Sequence[Any]) -> Messages:
+        if self.templates is None:
+            return triple_messages(passage, [e for e in entities if isinstance(e, str)])
+        return self.templates.render(TRIPLE_TEMPLATE, passage=passage, named_entity_json=reference_entity_json(entities))
+
+    def query_ner(self, question: str) -> Messages:
+        if self.templates is None:
+            return query_ner_messages(question)
+        return self.templates.render(QUERY_NER_TEMPLATE, query=question)
+
+    def describe(self, *names: str) -> Dict[str, Any]:
+        """What metrics.json records: the source, and each named template's sha256
+        (reference) or our PROMPT_VERSION (own)."""
+        if self.templates is None:
+            return {"source": self.source, "version": PROMPT_VERSION}
+        return {"source": self.source, "templates": self.templates.hashes(names)}
+
+    def extraction_key_part(self) -> Any:
+        """The OpenIE cache key's prompt entry (own: PROMPT_VERSION, as older keys have it)."""
+        if self.templates is None:
+            return PROMPT_VERSION
+        return self.describe(NER_TEMPLATE, TRIPLE_TEMPLATE)
+
+
+def openie_prompts(source: str) -> OpenIEPrompts:
+    """The prompts `llm.prompts` names (hipporag2.registry.PROMPT_SOURCES)."""
+    from hipporag2.registry import PROMPT_SOURCES
+
+    PROMPT_SOURCES.check(source)
+    if source == "reference":
+        return OpenIEPrompts("reference", ReferenceTemplates.installed())
+    return OpenIEPrompts(source)
 
 
 # --- JSON schemas for constrained decoding (used only when llm.constrained_decoding) ---

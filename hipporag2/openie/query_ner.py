@@ -1,7 +1,8 @@
 """Named entities of questions, for NER-to-node linking (HippoRAG v1 and the ablation).
 
-One batched LLM call per batch of questions (stage "query_ner"), one-shot prompt from
-`prompts.py`, answers read as `openie.parse` says (the reference's reading by default,
+One batched LLM call per batch of questions (stage "query_ner"), one-shot prompt of
+`llm.prompts` (`prompts.OpenIEPrompts.query_ner`: the reference's `ner_query` template or
+our own), answers read as `openie.parse` says (the reference's reading by default,
 which keeps elements that are not strings: the retriever decides). An unreadable answer gives no
 entities for that question (the retriever then has no phrase seeds for it) and is
 counted in `stats`.
@@ -21,8 +22,11 @@ log = logging.getLogger("hipporag2.query_ner")
 
 class QueryNER:
     def __init__(self, llm, constrained: bool = False, progress: bool = True, max_new_tokens: int | None = None,
-                 reader: OpenIEReader = LENIENT_READER):
+                 reader: OpenIEReader = LENIENT_READER, prompt_set: prompts.OpenIEPrompts = prompts.OpenIEPrompts()):
         self.llm = llm
+        self.prompt_set = prompt_set
+        # Which prompt ran (source, template sha256), for metrics.json.
+        self.prompt_info = prompt_set.describe(prompts.QUERY_NER_TEMPLATE)
         self.reader = reader
         self.constrained = constrained
         self.progress = progress
@@ -32,7 +36,7 @@ class QueryNER:
     def __call__(self, questions: Sequence[str]) -> List[List[str]]:
         schema = prompts.NER_SCHEMA if self.constrained else None
         requests = [
-            ChatRequest(messages=prompts.query_ner_messages(q), max_new_tokens=self.max_new_tokens, json_schema=schema)
+            ChatRequest(messages=self.prompt_set.query_ner(q), max_new_tokens=self.max_new_tokens, json_schema=schema)
             for q in questions
         ]
         responses = self.llm.generate(requests, stage="query_ner", progress=self.progress)
@@ -60,4 +64,4 @@ def build_query_ner(cfg, llm) -> QueryNER:
     """Query NER replies are read like OpenIE's NER replies (`openie.parse`)."""
 
     return QueryNER(llm, constrained=bool(cfg.llm.constrained_decoding), progress=bool(cfg.progress),
-                    reader=openie_reader(cfg.openie))
+                    reader=openie_reader(cfg.openie), prompt_set=prompts.openie_prompts(cfg.llm.prompts))

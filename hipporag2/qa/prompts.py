@@ -1,6 +1,13 @@
-"""One-shot reader prompt (SPEC §5). Own wording; the example is invented.
+"""One-shot reader prompt (SPEC §5), of the source `llm.prompts` names (`ReaderPrompt`).
 
-The structure is the reference's: system, one worked example (user turn, assistant
+`reference`: the authors' `rag_qa_{dataset}` template from the installed reference
+wheel, the MuSiQue one (`rag_qa_musique`) where the wheel has none for the dataset (as
+the reference falls back); its user turn is built as the reference builds it: each
+retrieved passage string (`title\ntext`) after `Wikipedia Title: ` and followed by a
+blank line, then `Question: `, the question and the cue `\nThought: `. The answer is
+read after the first `Answer:` (`qa.answer_marker=reference`, hipporag2/qa/reader.py).
+
+`own` (below): our wording; the example is invented. The structure is the reference's: system, one worked example (user turn, assistant
 turn), then the question; a user turn is the `qa_top_k` retrieved passages, best
 first, each introduced by a label line with its title and followed by a blank line,
 then `Question: ...` and, on the next line, a cue after which the reply begins. The
@@ -9,7 +16,10 @@ hipporag2/qa/reader.py).
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+from hipporag2.llm.reference_templates import ChatTemplate, ReferenceTemplates
 
 PROMPT_VERSION = "hr2-qa-2"
 
@@ -87,3 +97,64 @@ ANSWER_SCHEMA = (
     '{"type": "object", "properties": {"answer": {"type": "string", "minLength": 1, "maxLength": 60}}, '
     '"required": ["answer"]}'
 )
+
+
+# --- the prompt source of a run (`llm.prompts`) ----------------------------------------
+
+# A retrieved passage: its string (`title\ntext`, the reference's document) or (title, text).
+Context = Union[str, Tuple[str, str]]
+
+FALLBACK_DATASET = "musique"
+
+
+def _as_string(passage: Context) -> str:
+    return passage if isinstance(passage, str) else f"{passage[0]}\n{passage[1]}"
+
+
+def _as_pair(passage: Context) -> Tuple[str, str]:
+    if not isinstance(passage, str):
+        return tuple(passage)  # type: ignore[return-value]
+    title, sep, text = passage.partition("\n")
+    return (title, text) if sep else ("", passage)
+
+
+def reference_user_message(passages: Sequence[Context], question: str) -> str:
+    """The reader's user turn as the reference's `HippoRAG.qa` builds it."""
+    return "".join(f"Wikipedia Title: {_as_string(p)}\n\n" for p in passages) + "Question: " + question + "\nThought: "
+
+
+@dataclass(frozen=True)
+class ReaderPrompt:
+    """The reader's messages of one prompt source (`reference`: one template)."""
+
+    source: str = "own"
+    template: Optional[ChatTemplate] = None
+    # The template the dataset asked for (`rag_qa_{dataset}`); `template` is the
+    # MuSiQue one when the wheel has none of that name.
+    requested: str = ""
+
+    def messages(self, passages: Sequence[Context], question: str, answer_format: str = "marker") -> Messages:
+        if self.template is None:
+            return reader_messages([_as_pair(p) for p in passages], question, answer_format)
+        return self.template.render(prompt_user=reference_user_message(passages, question))
+
+    def describe(self) -> Dict[str, Any]:
+        """What metrics.json records about the reader's prompt."""
+        if self.template is None:
+            return {"source": self.source, "version": PROMPT_VERSION}
+        return {"source": self.source, "template": self.template.name, "requested": self.requested,
+                "templates": {self.template.name: self.template.sha256}}
+
+
+def reader_prompt(source: str, dataset: Any) -> ReaderPrompt:
+    """The reader prompt `llm.prompts` names for `dataset` (the reference's
+    `global_config.dataset`: our `dataset.name`)."""
+    from hipporag2.registry import PROMPT_SOURCES
+
+    PROMPT_SOURCES.check(source)
+    if source != "reference":
+        return ReaderPrompt(source)
+    templates = ReferenceTemplates.installed()
+    requested = f"rag_qa_{dataset}"
+    name = requested if templates.has(requested) else f"rag_qa_{FALLBACK_DATASET}"
+    return ReaderPrompt(source, templates.get(name), requested)

@@ -122,9 +122,10 @@ def _generate_checkpointed(cfg, llm, requests: List[ChatRequest], checkpoint_dir
     return responses, resumed
 
 
-def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[Tuple[str, str]]],
-                     checkpoint_dir: Optional[Path] = None) -> List[Answer]:
-    """The reader on (title, text) contexts, in LLM calls of at most `qa.chunk_size`
+def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequence[prompts.Context]],
+                     checkpoint_dir: Optional[Path] = None, prompt: Optional[prompts.ReaderPrompt] = None) -> List[Answer]:
+    """The reader on contexts of passage strings (`title\ntext`) or (title, text) pairs,
+    with the prompt of `llm.prompts` (`prompt`: made here when not given), in LLM calls of at most `qa.chunk_size`
     questions sized by `checkpoint_s` (see `_generate_checkpointed`; `checkpoint_dir`
     makes them resumable). With qa.answer_format=json each request carries the
     answer schema (decoded under it where the backend constrains decoding) and the
@@ -134,7 +135,9 @@ def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequ
     read_marker = QA_ANSWER_MARKERS.load(cfg.qa.answer_marker)
     fmt = getattr(cfg.qa, "answer_format", "marker")
     schema = prompts.ANSWER_SCHEMA if fmt == "json" else None
-    requests = [ChatRequest(messages=prompts.reader_messages(list(ctx), q, fmt), json_schema=schema)
+    if prompt is None:
+        prompt = reader_prompt_of(cfg)
+    requests = [ChatRequest(messages=prompt.messages(list(ctx), q, fmt), json_schema=schema)
                 for q, ctx in zip(questions, contexts)]
     if fmt == "json":
         def read_answer(text):
@@ -152,15 +155,21 @@ def answer_questions(cfg, llm, questions: Sequence[str], contexts: Sequence[Sequ
     return out
 
 
+def reader_prompt_of(cfg) -> prompts.ReaderPrompt:
+    """The reader prompt of a run: `llm.prompts`, the template of `dataset.name`."""
+    return prompts.reader_prompt(getattr(cfg.llm, "prompts", "own"), getattr(cfg.dataset, "name", None))
+
+
 def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     top_k = cfg.qa.qa_top_k
     fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
+    prompt = reader_prompt_of(cfg)
     # a retriever that reads other units than passages (RAPTOR's tree nodes) hands the
-    # reader its own (title, text) context
+    # reader its own (title, text) context; passages go as their strings (`title\ntext`)
     texts = [[tuple(c) for c in r.details["reader_context"]] if "reader_context" in r.details else
-             [(corpus.passages[i].title, corpus.passages[i].text) for i in ctx] for r, ctx in zip(results, contexts)]
-    answers = answer_questions(cfg, llm, [q.question for q in queries], texts, checkpoint_dir=run_dir)
+             [corpus.passages[i].string for i in ctx] for r, ctx in zip(results, contexts)]
+    answers = answer_questions(cfg, llm, [q.question for q in queries], texts, checkpoint_dir=run_dir, prompt=prompt)
     rows, ems, f1s = [], [], []
     no_marker = failures = 0
     for q, ctx, ans in zip(queries, contexts, answers):
@@ -200,7 +209,7 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
         "qa_top_k": top_k,
         "qa_no_answer_marker": no_marker,
         "qa_llm_failures": failures,
-        "qa_prompt_version": prompts.PROMPT_VERSION,
+        "qa_prompts": prompt.describe(),
         "qa_answer_format": fmt,
         "qa_answer_marker": cfg.qa.answer_marker,
     }

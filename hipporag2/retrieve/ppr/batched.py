@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from hipporag2.retrieve.ppr import kernels as K
 from hipporag2.retrieve.ppr.base import as_csr, check_damping, clean_row_sums, column_range, output_array
 from hipporag2.retrieve.ppr.prepare import (
     PreparedGraph,
@@ -24,6 +23,52 @@ if TYPE_CHECKING:
     import igraph as ig
 
 TOL = 1e-11  # L1 error per answer: a thousand times tighter than the 1e-8 promised against prpack
+# S's stored entries from which a solver runs the compiled loops of `kernels.py`; below, `_ScipyLoops`
+# in blocks of SCIPY_BLOCK_SIZE queries (each numpy pass then stays in cache). numba's start-up (import,
+# first kernel load) costs a process more CPU than the compiled loops save on a graph of the shared
+# set's size (85k entries; results/perf/README.md, round 6). Chosen once per solver, never mid-run.
+NUMBA_MIN_NNZ, SCIPY_BLOCK_SIZE = 200_000, 16
+
+
+class _ScipyLoops:
+    """The loops of `kernels.py` (same signatures, panel arguments unused) as scipy's CSR
+    product on the plain S and numpy passes: the same answers up to summation order."""
+
+    def __init__(self, S: sp.csr_matrix):
+        self.S = S
+
+    def shifted_product(self, indptr, indices, data, d, x, out):
+        np.subtract(x, d * (self.S @ x), out=out)
+
+    def chebyshev_step(self, indptr, indices, data, d, x, x_prev, b, weight, gamma, omega, r, l1):
+        t = self.S @ x  # the one temporary: each pass below runs in place over the block
+        np.subtract(b, x, out=r)
+        r += np.multiply(t, d, out=t)
+        np.dot(weight, np.abs(r, out=t), out=l1)
+        np.add(x, np.multiply(r, gamma, out=t), out=t)
+        t -= x_prev
+        x_prev += np.multiply(t, omega, out=t)
+
+    @staticmethod
+    def _entries(indptr, indices, data, pos):  # (query, node, its row, cleaned value) of the rows' entries
+        k = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        j, v = indices[indptr[0] : indptr[-1]], data[indptr[0] : indptr[-1]]
+        return k, j, pos[j], np.where(v > 0.0, v, 0.0)  # NaN and negatives -> 0, as the reference
+
+    def gather_resets(self, indptr, indices, data, pos, scale, sqrt_deg, b):
+        k, _, p, v = self._entries(indptr, indices, data, pos)
+        on = p < b.shape[0]
+        b.fill(0.0)
+        b[p[on], k[on]] = v[on] / scale[k[on]] / sqrt_deg[p[on]]
+
+    def scatter_answers(self, z, indptr, indices, data, pos, scale, sqrt_deg, divisor, factor, out, j0):
+        p = pos[j0 : j0 + out.shape[1]]
+        on, y = p < z.shape[0], np.zeros(out.shape)
+        y[:, on] = (z[p[on]] * sqrt_deg[p[on], None]).T
+        np.multiply(np.where(y > 0.0, y, 0.0) / divisor[:, None], factor[:, None], out=out)
+        k, j, p, v = self._entries(indptr, indices, data, pos)
+        at = (j >= j0) & (j < j0 + out.shape[1]) & (p >= z.shape[0])
+        out[k[at], j[at] - j0] = v[at] / scale[k[at]] / divisor[k[at]] * factor[k[at]]
 
 
 def ppr_mass(d: float, u_dangling):
@@ -57,23 +102,18 @@ class _Workspace:
 class BatchedSolver:
     """PPR for many reset vectors over one prepared graph: Chebyshev iteration for one
     damping (`solve`), multi-shift CG for several (`solve_many`), one block of
-    `block_size` queries per thread, on the compiled loops of `kernels.py`."""
+    `block_size` queries per thread, on the compiled loops of `kernels.py` (`_ScipyLoops` below NUMBA_MIN_NNZ)."""
 
     def __init__(self, graph: ig.Graph, block_size: int = 32, tol: float = TOL, n_threads: int | None = None,
-                 max_iter: int = 10_000):
+                 max_iter: int = 10_000, numba_min_nnz: int = NUMBA_MIN_NNZ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
-        self._setup(prepare_graph(graph.vcount(), *edge_arrays(graph), block_size), tol, n_threads, max_iter)
-
-    @classmethod
-    def from_prepared(cls, prepared: PreparedGraph, tol: float = TOL, n_threads: int | None = None,
-                      max_iter: int = 10_000) -> "BatchedSolver":
-        self = cls.__new__(cls)
-        self._setup(prepared, tol, n_threads, max_iter)
-        return self
+        prep = prepare_graph(graph.vcount(), *edge_arrays(graph), block_size)
+        self._setup(prep, tol, n_threads, max_iter, numba_min_nnz)
 
     @classmethod
     def from_edges(cls, edges, cache_dir=None, block_size: int | None = None, tol: float | None = None,
-                   n_threads: int | None = None, max_iter: int = 10_000) -> "BatchedSolver":
+                   n_threads: int | None = None, max_iter: int = 10_000,
+                   numba_min_nnz: int = NUMBA_MIN_NNZ) -> "BatchedSolver":
         """A solver over an index's edges (`graph.build.GraphEdges`), no igraph graph built;
         the preparation is loaded from `cache_dir` when saved there before, and saved there
         otherwise (`store.py`). block_size None: `default_block_size` of the graph."""
@@ -82,26 +122,30 @@ class BatchedSolver:
         n_threads = n_threads or default_threads()
         block_size = block_size or default_block_size(edges, n_threads)
         prep = prepared_graph(edges.n_vertices, edges.source, edges.target, edges.weight, block_size, cache_dir)
-        return cls.from_prepared(prep, TOL if tol is None else tol, n_threads, max_iter)
+        self = cls.__new__(cls)
+        self._setup(prep, TOL if tol is None else tol, n_threads, max_iter, numba_min_nnz)
+        return self
 
     @classmethod
     def for_index(cls, edges, igraph_graph, cache_dir=None, n_threads=None, tol=None) -> "BatchedSolver":
         return cls.from_edges(edges, cache_dir, n_threads=n_threads, tol=tol)  # no igraph graph needed
 
-    def _setup(self, prep: PreparedGraph, tol: float, n_threads: int | None, max_iter: int) -> None:
+    def _setup(self, prep: PreparedGraph, tol: float, n_threads: int | None, max_iter: int, numba_min_nnz: int) -> None:
         self.prepared = prep
-        self.n, self.n_active = prep.n, prep.n_active
-        self.block_size = prep.block_size
-        self.tol = float(tol)
-        self.max_iter = int(max_iter)
+        self.n, self.n_active, self.block_size = prep.n, prep.n_active, prep.block_size
+        self.tol, self.max_iter = float(tol), int(max_iter)
         self.n_threads = max(1, n_threads or default_threads())
         self.pos, self.sqrt_deg, self.active = prep.pos, prep.sqrt_deg, prep.active
         self._dangling = prep.pos >= prep.n_active  # nodes without edges
-        self.panels = prep.panels
-        self.components = prep.components()
-        self._comp_of, self._comp_val = prep.comp_of, prep.comp_val  # V @ beta as a gather
+        self.panels, self.components = prep.panels, prep.components()
+        self._comp_of, self._comp_val = prep.comp_of, prep.comp_val
         self._spare: list[_Workspace] = []  # block workspaces, one per thread at most
         self._lock = threading.Lock()
+        if prep.S.nnz >= numba_min_nnz:
+            from hipporag2.retrieve.ppr import kernels  # numba's start-up, paid only here
+            self._K = kernels
+        else:
+            self._K, self.block_size = _ScipyLoops(prep.S), min(self.block_size, SCIPY_BLOCK_SIZE)
 
     @property
     def batch_size(self) -> int:
@@ -208,7 +252,7 @@ class BatchedSolver:
         walk = sorted({d for d in ds if d > 0.0}, reverse=True)
         zs = {}
         if walk and self.n_active:
-            K.gather_resets(indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, ws.b)
+            self._K.gather_resets(indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, ws.b)
             if len(walk) == 1:
                 d = walk[0]
                 limit = self.tol * (1.0 - d) * ppr_mass(d, u_dangling) / d if normalise else self._limit(d) * ones
@@ -224,7 +268,7 @@ class BatchedSolver:
                     out[k, rows] *= scale[:, None]
                 continue
             divisor, factor = (ppr_mass(d, u_dangling), ones) if normalise else (ones, scale)
-            K.scatter_answers(zs[d], indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, divisor, factor,
+            self._K.scatter_answers(zs[d], indptr, R.indices, R.data, self.pos, scale, self.sqrt_deg, divisor, factor,
                               out[k, rows], j0)
 
     def _limit(self, d: float) -> float:  # largest ||rho||_1 for y within tol / 2 relative to the reset's sum
@@ -234,14 +278,12 @@ class BatchedSolver:
         """x - d S x (C-contiguous blocks: numba compiles one version per layout)."""
         x = np.ascontiguousarray(x, dtype=np.float64)
         out = np.empty(x.shape) if out is None else out
-        K.shifted_product(self.panels.indptr, self.panels.indices, self.panels.data, float(d), x, out)
+        self._K.shifted_product(self.panels.indptr, self.panels.indices, self.panels.data, float(d), x, out)
         return out
 
     def _l1(self, r: np.ndarray) -> np.ndarray:
         """||D^1/2 r||_1 per column: the y-space residual's L1 norm."""
-        out = np.empty(r.shape[1])
-        K.weighted_l1(r, self.sqrt_deg, out)
-        return out
+        return self.sqrt_deg @ np.abs(r)
 
     def _chebyshev(self, ws: _Workspace, d: float, limit: np.ndarray) -> np.ndarray:
         """z with (I - d S) z = ws.b for one damping: the components' part in closed form,
@@ -251,7 +293,7 @@ class BatchedSolver:
         and the steps run out, `_polish` finishes. Column k is done at ||D^1/2 r||_1 <= limit[k]."""
         b = ws.b
         beta = self.components.T @ b
-        K.add_components(b, self._comp_of, self._comp_val, -beta)
+        b -= self._comp_val[:, None] * beta[self._comp_of]  # V beta as a gather
         lo, hi = self.interval()
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
@@ -266,7 +308,7 @@ class BatchedSolver:
             steps = chebyshev_steps(sigma, float((l1 / limit).max()))  # the bound, 2-norm vs L1 aside
             p = self.panels
             for _ in range(min(self.max_iter, 2 * steps + 25)):
-                K.chebyshev_step(p.indptr, p.indices, p.data, float(d), x, x_prev, b, self.sqrt_deg, float(gamma),
+                self._K.chebyshev_step(p.indptr, p.indices, p.data, float(d), x, x_prev, b, self.sqrt_deg, float(gamma),
                                  float(omega), r, l1)
                 if np.all(l1 <= limit):
                     x += r
@@ -275,7 +317,7 @@ class BatchedSolver:
                 omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
             else:
                 x = self._polish(x, b, d, limit)
-        K.add_components(x, self._comp_of, self._comp_val, beta / (1.0 - d))
+        x += self._comp_val[:, None] * (beta / (1.0 - d))[self._comp_of]
         return x
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:

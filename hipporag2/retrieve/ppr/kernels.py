@@ -1,17 +1,13 @@
-"""The compiled loops of the batched solver: S times a block, and a fused Chebyshev step.
+"""The compiled loops of the batched solver on graphs of NUMBA_MIN_NNZ entries and more (`batched.py`):
+S times a block, a fused Chebyshev step, the passes into and out of the block.
 
-Both walk S stored in column panels (`prepare.Panels`). A product gathers one row of
-the dense block per nonzero, and those gathers miss the cache and set the cost.
+The products walk S stored in column panels (`prepare.Panels`). A product gathers one
+row of the dense block per nonzero, and those gathers miss the cache and set the cost.
 Splitting S by column ranges keeps the rows gathered by one pass over a panel within a
 few MB, so they stay cached, while the output rows are visited once per panel in
 order. Each gather still waits on memory, so the loop prefetches the row it will
-gather `PREFETCH_AHEAD` nonzeros later. The functions release the GIL, so the solver
-runs one block per thread.
-
-The row sum itself (`_panel_row_into`) is written in LLVM IR: for the solver's block
-widths the row of sums stays in vector registers for the whole row, where numba's loop
-over a runtime width loaded and stored it for every nonzero (same bits; the gain is in
-results/perf/ppr_step_round4.md).
+gather `PREFETCH_AHEAD` nonzeros later; the row sum (`_panel_row_into`) is LLVM IR
+(results/perf/ppr_step_round4.md). The functions release the GIL: one block per thread.
 
 The Chebyshev step does its vector work inside the product's last panel, row by row,
 while the row is in cache: the residual, its weighted L1 norm and the next iterate
@@ -198,29 +194,6 @@ def chebyshev_step(indptr, indices, data, d, x, x_prev, b, weight, gamma, omega,
                     l1[k] += w * abs(res)
                     xp = x_prev[i, k]
                     x_prev[i, k] = omega * (x[i, k] + gamma * res - xp) + xp
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def add_components(z, component, value, coef):
-    """z += V coef in place, where V has the single nonzero value[i] in row i, column component[i]."""
-    n, m = z.shape
-    for i in range(n):
-        c = component[i]
-        v = value[i]
-        for k in range(m):
-            z[i, k] += v * coef[c, k]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def weighted_l1(x, weight, out):
-    """out[k] = sum_i weight_i |x_ik|, without a temporary the size of x."""
-    n, m = x.shape
-    for k in range(m):
-        out[k] = 0.0
-    for i in range(n):
-        w = weight[i]
-        for k in range(m):
-            out[k] += w * abs(x[i, k])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

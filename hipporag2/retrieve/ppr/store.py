@@ -46,12 +46,9 @@ def save_prepared(prep: PreparedGraph, folder: Path | str) -> None:
     tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    arrays = {
-        "pos": prep.pos, "sqrt_deg": prep.sqrt_deg,
-        "S_indptr": prep.S.indptr, "S_indices": prep.S.indices, "S_data": prep.S.data,
-        "panel_indptr": prep.panels.indptr, "panel_indices": prep.panels.indices, "panel_data": prep.panels.data,
-        "comp_of": prep.comp_of, "comp_val": prep.comp_val,
-    }
+    arrays = {name: getattr(prep, name) for name in ("pos", "sqrt_deg", "comp_of", "comp_val")}
+    arrays.update({f"{part}_{a}": getattr(m, a) for part, m in (("S", prep.S), ("panel", prep.panels))
+                   for a in ("indptr", "indices", "data")})
     files = {}
     for name in ARRAYS:
         path = tmp / f"{name}.npy"
