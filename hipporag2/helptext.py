@@ -85,6 +85,7 @@ KEY_HELP: Dict[str, str] = {
     "llm.share_prompt_prefix": "compute the prompt prefix shared by a call's requests once",
     "llm.model_cache_dir": "where converted GGUF models are kept (null: $HIPPORAG2_MODEL_CACHE or ~/.cache/hipporag2/models)",
     "llm.on_failure": "a request that fails for good: record it and go on, or stop (record | stop)",
+    "llm.prompts": "whose prompts the LLM stages send: reference (the authors' templates from the installed wheel) | own",
     "graph.synonymy_edge_sim_threshold": "least cosine of a synonym edge (0.8)",
     "graph.synonymy_edge_topk": "nearest phrases searched per phrase (2047)",
     "graph.synonymy_edge_max_neighbours": "most synonym edges accepted per phrase (101, as the reference)",
