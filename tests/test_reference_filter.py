@@ -288,3 +288,23 @@ def test_tune_filter_output_field_is_the_reference_fact_type(ref):
     module.prog.demos = [dspy.Example(question="q", fact_before_filter='{"fact": []}',
                                       fact_after_filter=parsed["fact_after_filter"]).with_inputs("question", "fact_before_filter")]
     assert program_json(module)["prog"]["demos"][0]["fact_after_filter"] == '{"fact":[["a","b","c"]]}'
+
+
+def test_missing_reference_wheel_is_one_line_naming_the_setting(monkeypatch):
+    """Both readers of the wheel (the filter program, the prompt templates) go through one
+    locator; without the wheel each stops with one line naming its own setting."""
+    import importlib.metadata as md
+
+    from hipporag2.llm.reference_templates import TemplateError, templates_dir
+    from hipporag2.retrieve.filter_program import ProgramError, reference_program_file
+
+    def missing(name):
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(md, "distribution", missing)
+    for read, error, setting in ((reference_program_file, ProgramError, "retrieval.filter_program"),
+                                 (templates_dir, TemplateError, "llm.prompts")):
+        with pytest.raises(error) as caught:
+            read()
+        text = str(caught.value)
+        assert "\n" not in text and setting in text and "pip install --no-deps hipporag==" in text

@@ -67,24 +67,11 @@ class ChatTemplate:
 
 
 def templates_dir() -> Tuple[Path, str]:
-    """The installed reference's templates folder and the wheel's version (found through
-    the distribution's metadata, which never imports the package)."""
-    import importlib.metadata as md
+    """The installed reference's templates folder and the wheel's version."""
+    from hipporag2.retrieve.filter_program import reference_wheel_path
 
-    from hipporag2.retrieve.filter_program import REFERENCE_DIST, REFERENCE_VERSION
-
-    try:
-        dist = md.distribution(REFERENCE_DIST)
-    except md.PackageNotFoundError:
-        raise TemplateError(
-            "llm.prompts=reference reads the authors' prompt templates from the reference implementation, "
-            f"which is not installed: pip install --no-deps {REFERENCE_DIST}=={REFERENCE_VERSION} (make setup does), "
-            "or set llm.prompts=own"
-        ) from None
-    path = Path(str(dist.locate_file(TEMPLATES_DIR)))
-    if not path.is_dir():
-        raise TemplateError(f"{path}: the installed {REFERENCE_DIST} {dist.version} has no {TEMPLATES_DIR}")
-    return path, dist.version
+    return reference_wheel_path(TEMPLATES_DIR, "llm.prompts=reference reads the authors' prompt templates",
+                                "set llm.prompts=own", TemplateError)
 
 
 def _stdlib_import(node: ast.stmt) -> bool:

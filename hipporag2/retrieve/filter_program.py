@@ -154,26 +154,34 @@ def program_from_dict(data: Any, path: str = "", name: str = "") -> FilterProgra
 
 # ---- the authors' program, from the installed reference wheel ------------------------
 
-def reference_program_file() -> Tuple[Path, str]:
-    """The installed reference module holding the authors' program, and the wheel's version.
+def reference_wheel_path(relpath: str, needs: str, fallback: str, error: "type[Exception] | None" = None) -> Tuple[Path, str]:
+    """A path inside the installed reference wheel, and the wheel's version.
 
     Found through the distribution's metadata (`importlib.metadata`), which reads the
-    installed RECORD and never imports the package.
+    installed RECORD and never imports the package (its imports pull torch and vLLM).
+    `needs` says which setting reads it and what for; `fallback` names the way around.
     """
     import importlib.metadata as md
 
+    error = error or ProgramError
     try:
         dist = md.distribution(REFERENCE_DIST)
     except md.PackageNotFoundError:
-        raise ProgramError(
-            "retrieval.filter_program=reference reads the authors' tuned program from the reference "
-            f"implementation, which is not installed: pip install --no-deps {REFERENCE_DIST}=={REFERENCE_VERSION} "
-            "(make setup does), or set retrieval.filter_program=own or a program file"
+        raise error(
+            f"{needs} from the reference implementation, which is not installed: "
+            f"pip install --no-deps {REFERENCE_DIST}=={REFERENCE_VERSION} (make setup does), or {fallback}"
         ) from None
-    path = Path(str(dist.locate_file(REFERENCE_MODULE)))
-    if not path.is_file():
-        raise ProgramError(f"{path}: the installed {REFERENCE_DIST} {dist.version} has no {REFERENCE_MODULE}")
+    path = Path(str(dist.locate_file(relpath)))
+    if not path.exists():
+        raise error(f"{path}: the installed {REFERENCE_DIST} {dist.version} has no {relpath}")
     return path, dist.version
+
+
+def reference_program_file() -> Tuple[Path, str]:
+    """The installed reference module holding the authors' program, and the wheel's version."""
+    return reference_wheel_path(
+        REFERENCE_MODULE, "retrieval.filter_program=reference reads the authors' tuned program",
+        "set retrieval.filter_program=own or a program file")
 
 
 def read_assignment(path: Path, variable: str) -> Any:
