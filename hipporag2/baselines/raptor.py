@@ -35,6 +35,23 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+def _pack(items: List[str], max_tokens: int) -> List[str]:
+    """Consecutive items joined by spaces into chunks of at most `max_tokens` tokens (an
+    item longer than that alone is a chunk of its own)."""
+    chunks: List[str] = []
+    cur, n = [], 0
+    for item in items:
+        t = count_tokens(item)
+        if cur and n + t > max_tokens:
+            chunks.append(" ".join(cur))
+            cur, n = [], 0
+        cur.append(item)
+        n += t
+    if cur:
+        chunks.append(" ".join(cur))
+    return chunks
+
+
 def split_leaves(text: str, max_tokens: int) -> List[str]:
     """`text` cut at sentence ends into chunks of at most `max_tokens` tokens; a single
     sentence longer than that is cut between words."""
@@ -42,29 +59,9 @@ def split_leaves(text: str, max_tokens: int) -> List[str]:
     for sentence in _SENTENCE_END.split(text.strip()):
         if count_tokens(sentence) <= max_tokens:
             pieces.append(sentence)
-            continue
-        words, cur, n = sentence.split(), [], 0
-        for w in words:
-            t = count_tokens(w)
-            if cur and n + t > max_tokens:
-                pieces.append(" ".join(cur))
-                cur, n = [], 0
-            cur.append(w)
-            n += t
-        if cur:
-            pieces.append(" ".join(cur))
-    chunks: List[str] = []
-    cur, n = [], 0
-    for p in pieces:
-        t = count_tokens(p)
-        if cur and n + t > max_tokens:
-            chunks.append(" ".join(cur))
-            cur, n = [], 0
-        cur.append(p)
-        n += t
-    if cur:
-        chunks.append(" ".join(cur))
-    return [c for c in chunks if c.strip()] or [text]
+        else:
+            pieces.extend(_pack(sentence.split(), max_tokens))
+    return [c for c in _pack(pieces, max_tokens) if c.strip()] or [text]
 
 
 @dataclass
