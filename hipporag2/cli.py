@@ -188,12 +188,12 @@ def main() -> None:
             # Hydra allows --cfg with single runs only: print each job of the sweep.
             jobs: list = []
             with user_errors():
-                check_overrides(args.overrides, multirun=True, keep_jobs=jobs)
+                check_overrides(args.overrides, multirun=True, keep_jobs=jobs, environment=False)
             print_sweep_jobs(jobs, args.cfg)
             sys.exit(0)
         if checks:
             with user_errors():
-                check_overrides(args.overrides, multirun=bool(args.multirun))
+                check_overrides(args.overrides, multirun=bool(args.multirun), environment=not args.cfg)
         _main()
 
 

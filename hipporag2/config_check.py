@@ -229,10 +229,13 @@ def job_overrides(overrides: Sequence[str], multirun: bool, compose_fn) -> List[
     return [list(job) for batch in batches for job in batch]
 
 
-def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs: Optional[list] = None) -> Config:
+def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs: Optional[list] = None,
+                    environment: bool = True) -> Config:
     """Compose and check every job of the command line; the first job's Config.
     `keep_jobs`, when given, receives (job overrides, composed config) of every job
-    (for `hipporag2 -m ... --cfg job`, which Hydra itself refuses).
+    (for `hipporag2 -m ... --cfg job`, which Hydra itself refuses). `environment=False`
+    (printing a config with --cfg) checks the config alone, not that its encoder
+    environment and input files are on this machine: a job list is read before set-up.
 
     Raises ConfigError with a one-line message for any problem: a Hydra composition
     error, a key outside the schema (with or without `+`), a wrong type, a value out
@@ -275,14 +278,14 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs:
             except (HydraException, OmegaConfBaseException) as e:
                 raise ConfigError(explain_hydra_error(e, job)) from None
             check_llm_available(cfg)
-            if repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder of a sweep
+            if environment and repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder
                 checked_encoders.add(repr(cfg.embedding))
                 check_encoder_available(cfg)
             if keep_jobs is not None:
                 keep_jobs.append((list(job), dcfg))
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,
                       cfg.retrieval.linking)
-            if inputs not in checked_inputs:  # the files a job names exist and parse (once per distinct set)
+            if environment and inputs not in checked_inputs:  # the files a job names exist and parse (once each)
                 checked_inputs.add(inputs)
                 check_input_paths(cfg)
             if first is None:
