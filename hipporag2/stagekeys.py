@@ -8,6 +8,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from hipporag2.atomicio import sha256_file
+
 INDEX_FORMAT = 2  # 2: index.json has passage_facts; bump when the index layout or graph construction changes
 
 
@@ -18,11 +20,7 @@ def digest(obj: Any) -> str:
 
 
 def file_digest(path: Path | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+    return sha256_file(path)[:16]
 
 
 def corpus_digest(passages) -> str:

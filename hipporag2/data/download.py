@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Sequence, Tuple
 
+from hipporag2.atomicio import sha256_file
+
 RELEASE_REPO = "osunlp/HippoRAG_2"
 # Dataset config name -> file stem in the release.
 STEMS = {
@@ -78,14 +80,6 @@ NAMES = tuple(sorted(STEMS)) + tuple(sorted(LEGACY))
 
 class DownloadError(Exception):
     """One file could not be fetched or is not the pinned bytes (the message names it)."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def url_of(f: PinnedFile, base: str = RAW_BASE, repo: str = LEGACY_REPO, commit: str = LEGACY_COMMIT) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hipporag2.atomicio import sha256_file
 from hipporag2.llm.base import LLM, ChatResponse, Emit, Job
 from hipporag2.llm.cache import ResponseCache
 from hipporag2.llm.config import LLMConfig
@@ -186,14 +187,6 @@ def model_cache_root(cfg: LLMConfig | None = None) -> Path:
     return Path.home() / ".cache" / "hipporag2" / "models"
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def materialize_gguf(ref: ModelRef, cache_root: Path) -> Path:
     """Dequantize a GGUF checkpoint once into a plain float32 HF folder.
 
@@ -212,7 +205,7 @@ def materialize_gguf(ref: ModelRef, cache_root: Path) -> Path:
     gguf_path = ref.gguf_path
     assert gguf_path is not None
     digest = hashlib.sha256(
-        f"{_file_digest(gguf_path)}|transformers={transformers.__version__}".encode()
+        f"{sha256_file(gguf_path)}|transformers={transformers.__version__}".encode()
     ).hexdigest()[:16]
     target = cache_root / f"{gguf_path.stem}-{digest}"
     if (target / "config.json").is_file():
