@@ -145,7 +145,8 @@ def _run_of(tmp_path: Path, name: str, config: dict, metrics: dict):
 
 def test_report_labels_and_fallback_columns(tmp_path):
     """Labels name what changes results and only that; fallbacks sit next to recall."""
-    from hipporag2.report.tables import Context, value_str, make_labeller, table_recall
+    from hipporag2.report.labels import make_labeller, value_str
+    from hipporag2.report.tables import Context, table_recall
 
     runs = [
         _run_of(tmp_path, "a", {"retrieval.name": "hipporag2", "retrieval.method": "hipporag2", "retrieval.filter": "none",

@@ -12,28 +12,19 @@ ours − paper)`; † marks a significant gain over the dense baseline on the sa
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
-import yaml
 
 from hipporag2.registry import REPORT_TABLES
+from hipporag2.report.labels import DATASET_NAMES, DATASET_ORDER, make_labeller, provenance_lines, value_str, varying_keys
 from hipporag2.report.perquery import GoldUnavailable, Significance, compare, segment_recall
 from hipporag2.report.reference import Entry, Reference, weighted_mean
 from hipporag2.report.runs import Run
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"  # package data (hipporag2.compose.CONFIG_DIR)
-
-# Column order and display names of the paper's datasets.
-DATASET_ORDER = ["nq", "popqa", "musique", "2wikimultihopqa", "hotpotqa", "lveval", "narrativeqa", "musique_train"]
-DATASET_NAMES = {
-    "nq": "NQ", "popqa": "PopQA", "musique": "MuSiQue", "2wikimultihopqa": "2Wiki", "hotpotqa": "HotpotQA",
-    "lveval": "LV-Eval", "narrativeqa": "NarrativeQA", "musique_train": "MuSiQue (shared 100)", "demo": "demo",
-}
 RECALL_KS = (1, 2, 5, 10, 20)
 DATA_KEYS = ("dataset.corpus_segments", "dataset.segments_indexed", "dataset.segment_queries", "dataset.max_queries")
 
@@ -48,98 +39,6 @@ def fmt_delta(x: Optional[float]) -> str:
     return "–" if x is None else f"{x:+.1f}".replace("-", "−")
 
 
-# ---------------------------------------------------------------------------------
-# Labels: what distinguishes the runs of a table
-
-
-def value_str(v: Any) -> str:
-    """A setting as a label shows it: empty or blank strings quoted, so none is invisible."""
-    if v is None:
-        return "null"
-    if isinstance(v, str) and (not v.strip() or v != v.strip()):
-        return repr(v)
-    return str(v)
-
-
-def varying_keys(runs: Sequence[Run], exclude: Sequence[str] = ()) -> List[str]:
-    """Settings whose value differs between the runs, among those that change results
-    (operational keys such as batch sizes or paths are never part of a label)."""
-    from hipporag2.helptext import NOT_RESULT_CHANGING
-
-    keys = sorted({k for r in runs for k in r.settings})
-    out = []
-    for k in keys:
-        if k in NOT_RESULT_CHANGING or any(k == e or k.startswith(e + ".") for e in exclude):
-            continue
-        values = {value_str(r.settings.get(k)) for r in runs}
-        if len(values) > 1:
-            out.append(k)
-    return out
-
-
-NAME_ORDER = ("retrieval.name", "embedding.name", "llm.name", "qa.name", "dataset.name", "openie.name")
-
-
-def make_labeller(runs: Sequence[Run], exclude: Sequence[str] = ()) -> Callable[[Run], str]:
-    """Label = the varying config-group names, then other varying settings where a run
-    departs from the most common value (settings implied by a group name are hidden)."""
-    vary = varying_keys(runs, exclude)
-    # Rows chosen through a nested experiment group (e.g. experiment/quirk@_global_=single_edges)
-    # are named by that choice.
-    rows_by = sorted({o.split("=", 1)[0] for r in runs for o in r.overrides if o.startswith("experiment/")})
-    row_choice = {id(r): dict(o.split("=", 1) for o in r.overrides if o.startswith("experiment/")) for r in runs}
-    rows_by = [k for k in rows_by if len({row_choice[id(r)].get(k) for r in runs}) > 1]
-    names = [k for k in NAME_ORDER if k in vary] + [k for k in vary if k.endswith(".name") and k not in NAME_ORDER]
-
-    def ident(r: Run, k: str) -> str:
-        return str(row_choice[id(r)].get(k)) if k in rows_by else value_str(r.settings.get(k))
-
-    if rows_by:  # a name the row's choice already fixes (e.g. retrieval.name of retriever=hipporag2) is not repeated
-        by_choice: Dict[Tuple, List[Run]] = {}
-        for r in runs:
-            by_choice.setdefault(tuple(ident(r, k) for k in rows_by), []).append(r)
-        names = [k for k in names if any(len({value_str(r.settings.get(k)) for r in g}) > 1 for g in by_choice.values())]
-
-    groups: Dict[Tuple, List[Run]] = {}
-    for r in runs:
-        groups.setdefault(tuple(ident(r, k) for k in rows_by + names), []).append(r)
-    others = []
-    for k in vary:
-        if k in names:
-            continue
-        implied = (names or rows_by) and all(len({value_str(r.settings.get(k)) for r in g}) == 1 for g in groups.values())
-        if not implied:
-            others.append(k)
-    modal = {k: Counter(value_str(r.settings.get(k)) for r in runs).most_common(1)[0][0] for k in others}
-
-    def label(run: Run) -> str:
-        parts = [ident(run, k) for k in rows_by]
-        for k in names:
-            if k == "embedding.name" and not run.uses_embedding:
-                continue
-            parts.append(value_str(run.settings.get(k)))
-        for k in others:
-            if k.startswith("embedding.") and not run.uses_embedding:
-                continue
-            v = value_str(run.settings.get(k))
-            if v != modal[k]:
-                parts.append(f"{k.split('.')[-1]}={v}")
-        text = " / ".join(parts) if parts else run.method
-        if _without_filter(run) and "filter" not in text:
-            text += " / no filter"
-        return text
-
-    return label
-
-
-def _without_filter(run: Run) -> bool:
-    """HippoRAG 2's query-to-triple linking with the recognition-memory filter off: a
-    different method from the paper's default, which a label must say."""
-    return (run.get("retrieval.method", run.method) == "hipporag2"
-            and run.get("retrieval.linking", "query_to_triple") == "query_to_triple"
-            and run.get("retrieval.filter", "llm") == "none")
-
-
 def fallback_text(run: Optional[Run]) -> str:
     """`n (rate%)` of the queries that fell back to dense retrieval; – for runs without
     a graph or from before the count existed."""
@@ -152,82 +51,6 @@ def fallback_text(run: Optional[Run]) -> str:
     if rate is None:
         rate = n / max(1, int(run.metrics.get("n_queries") or 1))
     return f"{n} ({100 * rate:.0f}%)"
-
-
-# ---------------------------------------------------------------------------------
-# Provenance block: models, data, command
-
-
-def _experiment_params(name: str) -> Dict[str, str]:
-    path = CONFIG_DIR / "experiment" / f"{name}.yaml"
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    return {str(k): str(v) for k, v in (((data.get("hydra") or {}).get("sweeper") or {}).get("params") or {}).items()}
-
-
-_SKIP_OVERRIDES = ("run_dir", "cache_dir", "progress", "hydra.", "hydra/")
-
-
-def command_for(runs: Sequence[Run]) -> str:
-    """The command that makes these runs, rebuilt from their .hydra/overrides.yaml."""
-    per_key: "OrderedDict[str, List[str]]" = OrderedDict()
-    present: Counter = Counter()
-    for r in runs:
-        seen = set()
-        for o in r.overrides:
-            key, _, value = o.partition("=")
-            if key.startswith(_SKIP_OVERRIDES) or key in seen:
-                continue
-            seen.add(key)
-            present[key] += 1
-            vals = per_key.setdefault(key, [])
-            if value not in vals:
-                vals.append(value)
-    if not per_key:
-        return "hipporag2" + (" (defaults)" if runs else "")
-    experiments = per_key.get("+experiment", [])
-    swept = {}
-    if len(experiments) == 1 and present["+experiment"] == len(runs):
-        swept = _experiment_params(experiments[0])
-    parts = []
-    approximate = False
-    product = 1
-    for key, vals in per_key.items():
-        if key in swept and set(vals) == set(swept[key].split(",")):
-            product *= len(swept[key].split(","))
-            continue  # the experiment's own sweep makes these
-        if present[key] != len(runs):
-            approximate = True
-        product *= len(vals)
-        parts.append(f"{key}={','.join(vals)}")
-    if product != len(runs):
-        approximate = True
-    multi = len(runs) > 1
-    cmd = "hipporag2 " + ("-m " if multi else "") + " ".join(parts)
-    return cmd + ("   # (runs were made by several commands; this is their union)" if approximate else "")
-
-
-def provenance_lines(runs: Sequence[Run]) -> List[str]:
-    emb = sorted({r.embedding_model for r in runs if r.uses_embedding})
-    llms = sorted({r.llm_model for r in runs if r.llm_model})
-    openie = sorted({Path(str(r.metrics.get("openie_source"))).name for r in runs if r.metrics.get("openie_source")})
-    if any(not r.metrics.get("openie_source") and r.graph_stats for r in runs):
-        openie.append("extracted by the run's LLM")
-    data: Dict[str, set] = {}
-    nq: Dict[str, set] = {}
-    for r in runs:
-        data.setdefault(r.dataset, set()).update(f"{n} `{h}`" for n, h in sorted(r.data_hashes.items()))
-        nq.setdefault(r.dataset, set()).add(int(r.metrics.get("n_queries", 0)))
-    lines = [
-        f"- **Models**: embedding {', '.join(emb) or 'none'}; LLM {', '.join(llms) or 'none'}; OpenIE {', '.join(openie) or 'n/a'}",
-        "- **Data**: " + "; ".join(
-            f"{DATASET_NAMES.get(d, d)} ({', '.join(sorted(data[d]))}; {'/'.join(str(n) for n in sorted(nq[d]))} questions)" for d in data
-        ),
-        f"- **Command**: `{command_for(runs)}`",
-        f"- **Runs**: {len(runs)} ({', '.join(sorted({str(r.path.parent) for r in runs}))})",
-    ]
-    return lines
 
 
 # ---------------------------------------------------------------------------------
@@ -430,7 +253,8 @@ def place(runs: Sequence[Run], row_of: Callable[[Run], Tuple[Any, str]], col_of:
 # Layouts
 
 
-def table_recall(runs: Sequence[Run], ctx: Context, name: str = "recall", title: str = "Passage recall@k") -> Table:
+def table_recall(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "recall",
+                 title: str = "Passage recall@k") -> Table:
     """One row per run: recall@1..20, expected R@5, the paper's R@5, significance."""
     label = make_labeller(runs)
     order = sorted(runs, key=lambda r: (DATASET_ORDER.index(r.dataset) if r.dataset in DATASET_ORDER else 99, r.dataset, label(r)))
@@ -567,7 +391,8 @@ def _count_text(c: Cell) -> str:
     return v + (f" ({'~' if c.paper_loose else ''}{int(c.paper):,})" if c.paper is not None else "")
 
 
-def table_graph(runs: Sequence[Run], ctx: Context, name: str = "table10", title: str = "Table 10: graph statistics") -> Table:
+def table_graph(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "table10",
+                title: str = "Table 10: graph statistics") -> Table:
     """Table 10's rows, each counted as the reference counts it (report.runs.reference_graph_counts)."""
     with_graph = [r for r in runs if r.graph_stats]
     by_data: Dict[str, Run] = {}
@@ -586,37 +411,30 @@ def table_graph(runs: Sequence[Run], ctx: Context, name: str = "table10", title:
 
 
 def _cost_values(r: Run) -> Dict[str, Optional[float]]:
-    t = r.metrics.get("timings", {})
-    own = r.metrics.get("table12")  # a baseline's own counters (hipporag2/baselines): its LLM is not OpenIE's
-    if own:
-        def millions(v):
-            return round(v / 1e6, 2) if v is not None else None
+    """Table 12's numbers of a run: a baseline's own counters where metrics.json has
+    `table12` (hipporag2/baselines: its LLM is not OpenIE's), else the run's OpenIE
+    token usage and stage timings."""
+    t, own = r.metrics.get("timings", {}), r.metrics.get("table12")
 
-        return {
-            "indexing_minutes": round(float(own["indexing_s"]) / 60.0, 2) if own.get("indexing_s") is not None else None,
-            "openie_input_tokens_millions": millions(own.get("indexing_llm_input_tokens")),
-            "openie_output_tokens_millions": millions(own.get("indexing_llm_output_tokens")),
-            "seconds_per_query": own.get("seconds_per_query"),
-            "retrieval_s": t.get("retrieval"),
-        }
+    def millions(v: Optional[float]) -> Optional[float]:
+        return None if v is None else round(v / 1e6, 2)
+
+    if own:
+        return {"indexing_minutes": None if own.get("indexing_s") is None else round(float(own["indexing_s"]) / 60.0, 2),
+                "openie_input_tokens_millions": millions(own.get("indexing_llm_input_tokens")),
+                "openie_output_tokens_millions": millions(own.get("indexing_llm_output_tokens")),
+                "seconds_per_query": own.get("seconds_per_query")}
     usage = r.metrics.get("llm_usage", {}) or {}
-    ie_in = sum(u.get("input_tokens", 0) for s, u in usage.items() if s.startswith("openie"))
-    ie_out = sum(u.get("output_tokens", 0) for s, u in usage.items() if s.startswith("openie"))
-    n = max(int(r.metrics.get("n_queries", 0)), 1)
-    index_s = sum(v for k, v in t.items() if k in ("openie", "index_build", "embed_passages"))
-    return {
-        "indexing_minutes": round(index_s / 60.0, 2),
-        "openie_input_tokens_millions": round(ie_in / 1e6, 2) if usage else None,
-        "openie_output_tokens_millions": round(ie_out / 1e6, 2) if usage else None,
-        "seconds_per_query": round(t.get("retrieval", 0.0) / n, 3),
-        "retrieval_s": t.get("retrieval"),
-    }
+    tokens = {io: sum(u.get(f"{io}_tokens", 0) for s, u in usage.items() if s.startswith("openie")) if usage else None for io in ("input", "output")}
+    return {"indexing_minutes": round(sum(v for k, v in t.items() if k in ("openie", "index_build", "embed_passages")) / 60.0, 2),
+            "openie_input_tokens_millions": millions(tokens["input"]), "openie_output_tokens_millions": millions(tokens["output"]),
+            "seconds_per_query": round(t.get("retrieval", 0.0) / max(int(r.metrics.get("n_queries", 0)), 1), 3)}
 
 
 COST_KEYS = ["indexing_minutes", "openie_input_tokens_millions", "openie_output_tokens_millions", "seconds_per_query"]
 
 
-def table_cost(runs: Sequence[Run], ctx: Context, name: str = "table12", title: str = "Table 12: cost") -> Table:
+def table_cost(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "table12", title: str = "Table 12: cost") -> Table:
     """One row per run (a baseline's own counters where metrics.json has `table12`), then
     the paper's systems no run stands for."""
     label = make_labeller(runs)
@@ -647,7 +465,7 @@ def table_cost(runs: Sequence[Run], ctx: Context, name: str = "table12", title: 
     return Table(name, title, frame, data, notes=notes, provenance=provenance_lines(runs))
 
 
-def table_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str = "grid",
+def table_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "grid",
                title: str = "HippoRAG 2 recall@5 over damping × passage_node_weight", metric: str = "recall@5") -> Table:
     from hipporag2.report.plots import heatmap
 
@@ -680,7 +498,7 @@ def table_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name:
     return Table(name, title, frame, records(name, cells), notes=notes, provenance=provenance_lines(runs), images=images)
 
 
-def table_continual(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str = "fig3",
+def table_continual(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "fig3",
                     title: str = "Figure 3: continual indexing (corpus added in segments)", metric: str = "recall@5") -> Table:
     from hipporag2.report.plots import continual_plot
 
@@ -727,11 +545,9 @@ def table_continual(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], 
 
 
 # ---------------------------------------------------------------------------------
-# The layouts of `--table`, and which one an experiment gets
-
-# Found through the REPORT_TABLES registry (hipporag2/registry.py),
-# which checks that each takes (runs, ctx, out_dir, name); the paper's row x dataset
-# tables are one pivot each.
+# The layouts of `--table`, found through the REPORT_TABLES registry (hipporag2/registry.py,
+# which checks that each takes (runs, ctx, out_dir, name)), and which one an experiment
+# gets. The paper's row x dataset tables are one pivot each.
 
 
 def _pivot(title: str, metrics: Sequence[str], runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str, **options) -> Table:
@@ -750,24 +566,8 @@ layout_table7 = partial(_pivot, "Table 7: retriever swap (MuSiQue), recall@5", [
 layout_table9 = partial(_pivot, "Table 9: passage recall@2 / recall@5", ["recall@2", "recall@5"], paper_table="table9")
 
 
-def layout_recall(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
-    return table_recall(runs, ctx, name)
-
-
-def layout_table10(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
-    return table_graph(runs, ctx, name)
-
-
-def layout_table12(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
-    return table_cost(runs, ctx, name)
-
-
-def layout_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
-    return table_grid(runs, ctx, out_dir, name)
-
-
-def layout_fig3(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: str) -> Table:
-    return table_continual(runs, ctx, out_dir, name)
+# The other layouts take (runs, ctx, out_dir, name) themselves.
+layout_recall, layout_table10, layout_table12, layout_grid, layout_fig3 = table_recall, table_graph, table_cost, table_grid, table_continual
 
 
 def build(kind: str, runs: Sequence[Run], ctx: Context, out_dir: Optional[Path], name: Optional[str] = None) -> Table:
