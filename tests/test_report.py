@@ -225,3 +225,15 @@ def test_runs_of_different_retrieval_semantics_are_flagged(tmp_path):
     warning = mixed_semantics([a, b, old])
     assert warning.startswith("warning:") and "1: 2 run(s)" in warning and "before versioning" in warning
     assert str(tmp_path / "old") in warning
+
+
+def test_pandas_is_the_reports_only():
+    """The report's tables need pandas; the run path (`HippoRAG`, `pipeline.run`, the
+    sweep) must not pay for importing it."""
+    import subprocess
+    import sys
+
+    code = "import sys, hipporag2.api, hipporag2.pipeline, hipporag2.sweep; print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
