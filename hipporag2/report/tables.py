@@ -434,7 +434,8 @@ def _cost_values(r: Run) -> Dict[str, Optional[float]]:
 COST_KEYS = ["indexing_minutes", "openie_input_tokens_millions", "openie_output_tokens_millions", "seconds_per_query"]
 
 
-def table_cost(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "table12", title: str = "Table 12: cost") -> Table:
+def table_cost(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None, name: str = "table12",
+               title: str = "Table 12: cost") -> Table:
     """One row per run (a baseline's own counters where metrics.json has `table12`), then
     the paper's systems no run stands for."""
     label = make_labeller(runs)
@@ -445,12 +446,13 @@ def table_cost(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None
             hit = ctx.paper.lookup(r, k, loose=ctx.loose, table="table12") if ctx.paper else None
             line[k] = fmt(vals[k], 3 if k == "seconds_per_query" else 2) + (f" ({'~' if hit[2] else ''}{hit[1]:g})" if hit else "")
             data.append({"table": name, "row": label(r), "metric": k, "ours": vals[k], "paper": hit[1] if hit else None, "run_dir": str(r.path)})
-            covered |= {(hit[0].row, hit[0].block or "")} if hit else set()
+            if hit:
+                covered.add((hit[0].row, hit[0].block or ""))
         shown.append(line)
     frame, data = pd.DataFrame(shown), pd.DataFrame(data, dtype=object)
     if ctx.paper is not None:
         paper = paper_cells(ctx.paper, "table12")
-        paper = paper[[key not in covered for key in zip(paper.prow, paper.block)]]
+        paper = paper[pd.Series([key not in covered for key in zip(paper.prow, paper.block)], index=paper.index, dtype=bool)]
         wide = paper.pivot_table(index="prow", columns="metric", values="paper", aggfunc="first", sort=False).reindex(columns=COST_KEYS)
         shown = wide.map(lambda v: NOT_RUN if pd.isna(v) else f"{NOT_RUN} ({v:g})").rename_axis(index="run", columns=None).reset_index()
         frame = pd.concat([frame, shown.assign(n=NOT_RUN)[frame.columns]], ignore_index=True)
@@ -489,7 +491,7 @@ def table_grid(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None
         notes.insert(0, f"Best cell: damping {best[1]:g}, passage_node_weight {best[2]:g} → {metric} {best[0]:.1f}.")
     paper_row = []
     for w in ws if ctx.paper is not None else []:
-        r = picked.get(("0.5", w))
+        r = picked.get(("0.5", w))  # the run at damping 0.5 (rows are labelled f"{d:g}")
         hit = ctx.paper.lookup(r, metric, loose=True, table="table5", ignore=("retrieval.name", "retrieval.filter")) if r else None
         paper_row += [f"{w}: {hit[1]:.1f}"] if hit else []
     if paper_row:
