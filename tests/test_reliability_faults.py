@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli_zygote import LazyZygote
 from tests.faulty_llm_server import FaultyServer
 from tests.test_reliability_crash import write_tiny_dataset
 
@@ -51,7 +52,18 @@ def _cli_argv(args) -> list:
     return [sys.executable, "-m", "hipporag2.cli", *args]
 
 
+_ZYGOTE = LazyZygote(_env)  # the module's CLI runs are forked from it (tests/cli_zygote.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cli_zygote():
+    yield
+    _ZYGOTE.close()
+
+
 def _cli(args, cwd: Path, timeout: int = 600, prefix=()):
+    if not prefix:  # `python -m hipporag2.cli ARGS`, forked from the module's zygote
+        return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout)
     return subprocess.run([*prefix, *_cli_argv(args)], cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=timeout)
 

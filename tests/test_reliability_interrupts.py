@@ -20,13 +20,12 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.cli_zygote import LazyZygote
 from tests.test_reliability_crash import write_tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,15 +43,23 @@ def _env() -> dict:
                 OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
 
 
+_ZYGOTE = LazyZygote(_env)  # the module's CLI runs are forked from it (tests/cli_zygote.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cli_zygote():
+    yield
+    _ZYGOTE.close()
+
+
 def _run(args, cwd: Path, timeout: int = 600):
-    return subprocess.run([sys.executable, "-m", "hipporag2.cli", *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    """`python -m hipporag2.cli ARGS` (forked from the module's zygote), output captured."""
+    return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout)
 
 
 def _interrupt_when(args, cwd: Path, ready, signum: int, timeout: float = 300):
     """Start the command, send `signum` once `ready()` holds; (returncode, stdout, stderr)."""
-    child = subprocess.Popen([sys.executable, "-m", "hipporag2.cli", *args], cwd=cwd, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = _ZYGOTE.get().popen(args, cwd=cwd, env=_env())
     try:
         deadline = time.time() + timeout
         while time.time() < deadline and child.poll() is None and not ready():

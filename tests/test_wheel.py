@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # one wheel build and a venv with its own pip (~30 s)
+pytestmark = pytest.mark.slow  # one wheel build, a venv, two runs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,13 +51,16 @@ def wheel_venv(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["OMP_NUM_THREADS"] = "1"
     env_dir = root / "venv"
-    venv.create(env_dir, with_pip=True)  # its own pip: another pip aimed at it sees the shared packages
+    # No pip of its own (ensurepip was most of this fixture's time): the shared pip
+    # installs into it with `--python`, i.e. pip re-run by the venv's interpreter, which
+    # sees only the venv's own site-packages until the path line below exists.
+    venv.create(env_dir, with_pip=False)
     py = env_dir / "bin" / "python"
     site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
     # installed before the shared packages are visible: pip would see the checkout's
     # editable hipporag2 there and call the wheel installed already
-    inst = subprocess.run([str(py), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "-q", str(wheel)],
-                          capture_output=True, text=True, cwd=root, env=env)
+    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--disable-pip-version-check",
+                           "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True, cwd=root, env=env)
     assert inst.returncode == 0, inst.stderr[-2000:]
     (site / "shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work = root / "elsewhere"

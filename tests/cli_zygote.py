@@ -1,0 +1,252 @@
+"""`python -m hipporag2.cli ARGS` (or `hipporag2.sweep`) for tests that start many CLI
+processes, forked from one process that has imported the heavy libraries once.
+
+A CLI process spends ~9 CPU s importing torch, sentence-transformers, Hydra, igraph
+and our package before it reads its first argument (measured on the 2-core machine,
+docs/testing.md "Round 7"); the reliability files start dozens of them. A `CliZygote`
+(a module fixture of such a file) starts this file as a script with the file's child
+environment; that process imports those libraries and forks one child per request.
+Each child becomes what `python -m hipporag2.cli ARGS` is: the requested environment
+(replacing the inherited one), working folder, stdin from /dev/null, stdout and
+stderr to files, `hipporag2.cli` executed as `__main__` by runpy (as `-m` does, with
+`sys.argv[0]` the module's file), the same exit status (SystemExit's code, 1 after a
+traceback, death by the signal of an uncaught KeyboardInterrupt), atexit handlers and
+non-daemon threads finished before it exits. Results come back as a
+`subprocess.CompletedProcess`; `popen` gives a handle with the `Popen` methods the
+interrupt tests use (poll, send_signal, communicate, kill, wait).
+
+What is NOT the same as a fresh interpreter: modules imported before the fork are not
+imported again, so an environment variable read at IMPORT time by those libraries is
+the zygote's (started with the file's child environment, so these match). A test
+about the interpreter's start itself (import errors, `--help` speed, the wheel) keeps
+a real subprocess.
+
+CPU accounting: the zygote waits for every child, and pytest waits for the zygote when
+the fixture closes it, so the children's CPU reaches `RUSAGE_CHILDREN` (the CPU column
+of `benchmarks/pytest_cputime.py`) in the teardown of the module's last test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---- the zygote process (this file run as a script) ----------------------------------
+def _child(req: Dict) -> None:
+    """In the forked child: become `python -m MODULE ARGV`; never returns."""
+    code = 0
+    try:
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in (devnull, out, err):
+            os.close(fd)
+        sys.path[0] = os.getcwd()  # as `-m` sets it
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        import runpy
+
+        # As `python -m MODULE`: the module itself runs anew as __main__ (beside any copy
+        # another module imported under its own name), sys.argv[0] its file.
+        module = req.get("module", "hipporag2.cli")
+        sys.modules.pop(module, None)
+        sys.argv = ["-m", *req["argv"]]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        import traceback
+
+        traceback.print_exc()
+        code = -signal.SIGINT
+    except BaseException:  # noqa: BLE001 - the interpreter's own behaviour: traceback, exit 1
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    try:
+        import atexit
+        import threading
+
+        threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads, as at exit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        if code < 0:  # an uncaught KeyboardInterrupt ends the process by SIGINT
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os._exit(code & 0xFF)
+
+
+def zygote_main() -> None:
+    """Import once, then per request line (JSON: module, argv, env, cwd, out, err) fork a child;
+    reply {"pid": PID} when it starts and {"status": exit code or -signal} when it ends."""
+    import hydra  # noqa: F401
+    import igraph  # noqa: F401
+    import numpy  # noqa: F401
+    import scipy.sparse  # noqa: F401
+    import sentence_transformers  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import hipporag2.cli  # noqa: F401
+    import hipporag2.pipeline  # noqa: F401
+    import hipporag2.sweep  # noqa: F401
+
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints of the zygote go to its log, never into the replies
+    reply.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            reply.close()
+            _child(req)
+        reply.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        reply.write(json.dumps({"pid": pid, "status": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+# ---- the test side --------------------------------------------------------------------
+class ZygoteChild:
+    """One forked CLI run; the `subprocess.Popen` methods the tests use."""
+
+    def __init__(self, zygote: "CliZygote", args: List[str], pid: int, out: Path, err: Path):
+        self._zygote, self.args, self.pid, self._out, self._err = zygote, args, pid, out, err
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            msg = self._zygote._reply(timeout=0)
+            if msg is not None:
+                self.returncode = msg["status"]
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is None:
+            msg = self._zygote._reply(timeout=timeout)
+            if msg is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode = msg["status"]
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: Optional[float] = None):
+        self.wait(timeout)
+        out = self._out.read_text(encoding="utf-8", errors="replace")
+        err = self._err.read_text(encoding="utf-8", errors="replace")
+        return out, err
+
+
+class CliZygote:
+    """A zygote for one test module; `run` ~ `subprocess.run([python, -m, hipporag2.cli,
+    *args], capture_output=True, text=True)`. Close it (the module fixture does)."""
+
+    def __init__(self, env: Dict[str, str]):
+        self._tmp = Path(tempfile.mkdtemp(prefix="hipporag2-zygote-"))
+        self._log = open(self._tmp / "zygote.log", "w")
+        self._proc = subprocess.Popen([sys.executable, __file__, "zygote"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(REPO))
+        self._buf = b""
+        self._n = 0
+        self._ready = False
+
+    def _reply(self, timeout: Optional[float]) -> Optional[Dict]:
+        """The zygote's next reply line, or None when none came within `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                log = (self._tmp / "zygote.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the CLI zygote ended (exit {self._proc.wait()}):\n{log}")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def popen(self, args: Sequence[str], cwd: Path, env: Dict[str, str], module: str = "hipporag2.cli") -> ZygoteChild:
+        if not self._ready:
+            assert self._reply(timeout=600) == {"ready": True}
+            self._ready = True
+        self._n += 1
+        out, err = self._tmp / f"{self._n}.out", self._tmp / f"{self._n}.err"
+        req = {"module": module, "argv": [str(a) for a in args], "env": dict(env), "cwd": str(cwd), "out": str(out), "err": str(err)}
+        self._proc.stdin.write((json.dumps(req) + "\n").encode())
+        self._proc.stdin.flush()
+        pid = self._reply(timeout=60)["pid"]
+        return ZygoteChild(self, list(args), pid, out, err)
+
+    def run(self, args: Sequence[str], cwd: Path, env: Dict[str, str], timeout: Optional[float] = None,
+            module: str = "hipporag2.cli") -> subprocess.CompletedProcess:
+        child = self.popen(args, cwd, env, module)
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        out, err = child.communicate()
+        return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.wait(timeout=60)  # reaps it: its children's CPU reaches RUSAGE_CHILDREN
+        self._proc.stdout.close()
+        self._log.close()
+        import shutil
+
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class LazyZygote:
+    """A module's zygote, started by the first CLI run that asks (a test file run in
+    part may start none); `close` (in the module fixture's teardown) reaps it."""
+
+    def __init__(self, env: Callable[[], Dict[str, str]]):
+        self._env, self._zygote = env, None
+
+    def get(self) -> CliZygote:
+        if self._zygote is None:
+            self._zygote = CliZygote(self._env())
+        return self._zygote
+
+    def close(self) -> None:
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["zygote"]:
+    zygote_main()
