@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hipporag2.embed.errors import EncoderError
-from tests.cli_zygote import LazyZygote
 
 REPO = Path(__file__).resolve().parents[1]
 ENCODERS_VENV = REPO / ".venv-encoders"
@@ -45,22 +45,10 @@ def preset(name: str, *overrides: str):
     return compose([f"embedding={name}", *overrides]).embedding
 
 
-def _env() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
-
-
-_ZYGOTE = LazyZygote(_env)  # the module's CLI runs are forked from it (tests/cli_zygote.py)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cli_zygote():
-    yield
-    _ZYGOTE.close()
-
-
 def cli(args, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`python -m hipporag2.cli ARGS` (forked from the module's zygote), output captured."""
-    return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "hipporag2.cli", *args], cwd=cwd, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- checks before work
