@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm setup-encoders demo test test-fast clean-cache
+.PHONY: setup setup-vllm setup-encoders setup-graphrag demo test test-fast clean-cache
 
 setup: $(STAMP)
 
@@ -79,6 +79,27 @@ $(ENCODERS_STAMP): Makefile
 	$(ENCODERS_PIP) install -q --no-deps gritlm==1.0.2
 	$(ENCODERS_VENV)/bin/python hipporag2/embed/model_worker.py --versions
 	touch $(ENCODERS_STAMP)
+
+# GraphRAG (retrieval=graphrag, hipporag2/baselines/graphrag_index.py) in an environment
+# of its own: graphrag pins litellm, pandas and pydantic exactly and patches asyncio on
+# import, so hipporag2 never imports it; it runs hipporag2/baselines/graphrag_driver.py
+# (a plain script) as a subprocess. Nothing of ours is installed there. The version is
+# the one graphrag.version names (the settings are written for it); the driver's `info`
+# prints the versions and checks that the tiktoken encodings bundled in litellm's wheel
+# are there (nothing is downloaded at run time).
+GRAPHRAG_VENV ?= .venv-graphrag
+GRAPHRAG_PIP := $(GRAPHRAG_VENV)/bin/python -m pip
+GRAPHRAG_STAMP := $(GRAPHRAG_VENV)/.installed
+GRAPHRAG_VERSION ?= 3.3.0
+
+setup-graphrag: $(GRAPHRAG_STAMP)
+
+$(GRAPHRAG_STAMP): Makefile
+	$(PYTHON) -m venv $(GRAPHRAG_VENV)
+	$(GRAPHRAG_PIP) install -q --upgrade pip
+	$(GRAPHRAG_PIP) install -q graphrag==$(GRAPHRAG_VERSION)
+	HF_HUB_OFFLINE=1 $(GRAPHRAG_VENV)/bin/python hipporag2/baselines/graphrag_driver.py info
+	touch $(GRAPHRAG_STAMP)
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py

@@ -167,6 +167,8 @@ def llm_uses(cfg: Config) -> List[str]:
         uses.append("retrieval.filter=llm")
     if graph and r.linking == "ner_to_node" and not spacy:
         uses.append("query NER (retrieval.linking=ner_to_node)")
+    if r.method == "graphrag":
+        uses.append("GraphRAG indexing and search (retrieval=graphrag)")
     if cfg.qa.enabled:
         uses.append("QA (qa.enabled)")
     return uses
@@ -198,6 +200,14 @@ def check_encoder_available(cfg: Config) -> None:
     from hipporag2.embed.worker import encoder_environment
 
     encoder_environment(e)
+
+
+def check_baseline_available(cfg: Config) -> None:
+    """A baseline that runs in an environment of its own finds it, before any work."""
+    if cfg.retrieval.method == "graphrag":
+        from hipporag2.baselines.graphrag_index import env_python
+
+        env_python(cfg.graphrag)
 
 
 # ---- the command line ------------------------------------------------------------
@@ -281,6 +291,8 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs:
             if environment and repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder
                 checked_encoders.add(repr(cfg.embedding))
                 check_encoder_available(cfg)
+            if environment:
+                check_baseline_available(cfg)
             if keep_jobs is not None:
                 keep_jobs.append((list(job), dcfg))
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,

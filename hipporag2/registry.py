@@ -229,6 +229,9 @@ RETRIEVERS.register("none", "hipporag2.retrieve.factory:no_retriever",
 RETRIEVERS.register("raptor", "hipporag2.baselines.raptor_index:raptor_retriever",
                     "RAPTOR baseline: tree of LLM cluster summaries (UMAP + GMM), collapsed-tree retrieval (raptor.*)",
                     needs=("encoder", "llm"))
+RETRIEVERS.register("graphrag", "hipporag2.baselines.graphrag_index:graphrag_retriever",
+                    "GraphRAG baseline: the graphrag package (.venv-graphrag) as a subprocess, local search; "
+                    "the reader restates its answer (graphrag.*)", needs=("encoder", "llm"))
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = RETRIEVERS.names_needing("graph")

@@ -185,5 +185,5 @@ def test_sweep_cfg_job_lists_every_job():
     assert out.returncode == 0, out.stderr[-2000:]
     headers = [line for line in out.stdout.splitlines() if line.startswith("# job ")]
     rows = [h.split("experiment/retriever@_global_=")[1].split()[0] for h in headers]
-    assert rows == ["nv_embed_v2", "hipporag1", "hipporag2", "raptor"] and out.stdout.rstrip().endswith("# 4 jobs")
-    assert out.stdout.count("\nretrieval:\n") == 4 and "method: raptor" in out.stdout and "method: hipporag1" in out.stdout and "\nhydra:\n" not in out.stdout
+    assert rows == ["nv_embed_v2", "hipporag1", "hipporag2", "raptor", "graphrag"] and out.stdout.rstrip().endswith("# 5 jobs")
+    assert out.stdout.count("\nretrieval:\n") == 5 and "method: raptor" in out.stdout and "method: graphrag" in out.stdout and "method: hipporag1" in out.stdout and "\nhydra:\n" not in out.stdout

@@ -1,4 +1,4 @@
-"""Settings of the baseline systems (the `raptor:` and `lightrag:` config groups).
+"""Settings of the baseline systems (the `raptor:`, `lightrag:` and `graphrag:` config groups).
 
 Kept apart from `hipporag2.config` so the baselines add fields without reshaping it;
 each dataclass is one field of `Config`, and the cache key of a baseline's index is the
@@ -6,8 +6,8 @@ hash of its own dataclass (plus corpus, encoder and LLM).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 
 @dataclass
@@ -53,4 +53,67 @@ def check_raptor(cfg: RaptorConfig) -> List[str]:
         problems.append(f"raptor.max_levels={cfg.max_levels} must be >= 0")
     if not 0.0 < cfg.membership_threshold < 1.0:
         problems.append(f"raptor.membership_threshold={cfg.membership_threshold} must be in (0, 1)")
+    return problems
+
+
+@dataclass
+class GraphRAGConfig:
+    # The environment GraphRAG runs in (`make setup-graphrag`): a path, relative to the
+    # working directory or absolute. GraphRAG pins litellm, pandas and pydantic exactly
+    # and patches asyncio on import, so it never shares a process with us.
+    env: str = ".venv-graphrag"
+    # The version the settings below are written for (Makefile pins it); a different
+    # one in `env` stops the run before any work.
+    version: str = "3.3.0"
+    # Table 14 of the paper (indexing).
+    chunk_size: int = 1200
+    chunk_overlap: int = 100
+    community_report_max_length: int = 2000
+    community_report_max_input_length: int = 8000
+    max_cluster_size: int = 10
+    # GraphRAG's other indexing defaults, kept as its settings name them.
+    # Tokenizer of chunking and token budgets: cl100k_base as in the GraphRAG of the
+    # paper's time (3.x's own default is o200k_base); either is read from a bundled copy.
+    encoding_model: str = "cl100k_base"
+    max_gleanings: int = 1
+    entity_types: List[str] = field(default_factory=lambda: ["organization", "person", "geo", "event"])
+    summarize_max_length: int = 500
+    # Table 14 (query): local search, a short-phrase response, the top 60 entities.
+    query_mode: str = "local"
+    response_type: str = "short phrase"
+    top_k_entities: int = 60
+    top_k_relationships: int = 10
+    max_context_tokens: int = 12000
+    community_level: int = 2
+    # Most completion tokens of any GraphRAG call (null: GraphRAG's own requests; a
+    # CPU test sets a small limit).
+    max_new_tokens: Optional[int] = None
+    # GraphRAG's parallel LLM requests (the loopback endpoint batches them).
+    concurrent_requests: int = 25
+    # Most seconds a GraphRAG subprocess (indexing, or one batch of queries) may run.
+    timeout_s: float = 86400.0
+
+
+GRAPHRAG_QUERY_MODES: List[str] = ["local"]
+GRAPHRAG_ENCODINGS: List[str] = ["cl100k_base", "o200k_base"]
+
+
+def check_graphrag(cfg: GraphRAGConfig) -> List[str]:
+    problems = []
+    if cfg.query_mode not in GRAPHRAG_QUERY_MODES:
+        problems.append(f"graphrag.query_mode={cfg.query_mode!r} must be one of {GRAPHRAG_QUERY_MODES} (the paper's Table 14)")
+    if cfg.encoding_model not in GRAPHRAG_ENCODINGS:
+        problems.append(f"graphrag.encoding_model={cfg.encoding_model!r} must be one of {GRAPHRAG_ENCODINGS} (bundled offline)")
+    for key in ("chunk_size", "community_report_max_length", "community_report_max_input_length", "max_cluster_size",
+                "summarize_max_length", "top_k_entities", "top_k_relationships", "max_context_tokens", "concurrent_requests"):
+        if getattr(cfg, key) < 1:
+            problems.append(f"graphrag.{key}={getattr(cfg, key)} must be >= 1")
+    if not 0 <= cfg.chunk_overlap < cfg.chunk_size:
+        problems.append(f"graphrag.chunk_overlap={cfg.chunk_overlap} must be in [0, chunk_size)")
+    if cfg.max_gleanings < 0 or cfg.community_level < 0:
+        problems.append("graphrag.max_gleanings and graphrag.community_level must be >= 0")
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        problems.append(f"graphrag.max_new_tokens={cfg.max_new_tokens} must be >= 1 or null")
+    if not cfg.entity_types:
+        problems.append("graphrag.entity_types must not be empty")
     return problems
