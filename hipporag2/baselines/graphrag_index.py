@@ -197,10 +197,22 @@ def extraction_grammar(info: Dict[str, Any], entity_types: Sequence[str], max_re
     ])
 
 
+class StoreEncoder:
+    """The run's embedding store as the endpoint's encoder: GraphRAG's texts are embedded
+    once and cached by content like ours (a resumed build re-embeds nothing)."""
+
+    def __init__(self, store, desc: str):
+        self.store, self.desc = store, desc
+
+    def encode(self, texts: Sequence[str], instruction: Optional[str] = None):
+        return self.store.embed(list(texts), instruction=instruction, desc=self.desc, progress=False)
+
+
 def _endpoint(llm, store, stage: str, gcfg, rules):
     from hipporag2.baselines.endpoint import LoopbackEndpoint
 
-    return LoopbackEndpoint(llm, store, stage=stage, rules=rules, max_new_tokens=gcfg.max_new_tokens)
+    return LoopbackEndpoint(llm, StoreEncoder(store, f"embed ({stage})"), stage=stage, rules=rules,
+                            max_new_tokens=gcfg.max_new_tokens)
 
 
 def _rules(cfg, info):
