@@ -52,7 +52,21 @@ def test_sources_map_back_to_passages_in_context_order():
 def test_extraction_grammar_uses_the_delimiters_it_is_given():
     info = {"tuple_delimiter": "<|>", "record_delimiter": "##", "completion_delimiter": "<|COMPLETE|>"}
     g = gi.extraction_grammar(info, ["person", "geo"], max_records=3)
-    assert g.startswith("root ::= entity") and '"PERSON" | "GEO"' in g and '"<|COMPLETE|>"' in g and "{0,2}" in g
+    assert g.startswith("root ::= entity") and '"PERSON" | "GEO"' in g and '"<|COMPLETE|>"' in g and "{1,2}" in g
+
+
+def test_report_grammar_bounds_every_string_of_the_schema():
+    schema = {"$defs": {"F": {"type": "object", "properties": {"summary": {"type": "string"}}}},
+              "type": "object", "properties": {"title": {"type": "string"}, "rating": {"type": "number"},
+                                                "findings": {"type": "array", "items": {"$ref": "#/$defs/F"}}}}
+    g = gi.bounded_json_grammar(schema, max_chars=30, max_items=3)
+    assert 'root ::= "{" "\\"title\\":" str' in g and "{0,30}" in g and '("," f){0,2}' in g
+    if importlib.util.find_spec("xgrammar") is not None:
+        import xgrammar
+
+        xgrammar.Grammar.from_ebnf(g)  # the dialect the backends compile
+        xgrammar.Grammar.from_ebnf(gi.extraction_grammar(
+            {"tuple_delimiter": "<|>", "record_delimiter": "##", "completion_delimiter": "<|COMPLETE|>"}, ["person"]))
 
 
 def test_a_missing_environment_is_one_line_before_any_work(tmp_path):
@@ -93,7 +107,7 @@ def _small_demo(folder: Path, n_questions: int = 3, n_passages: int = 12):
 
 # Small limits keep the CPU cost to a few minutes: no gleaning round, short completions,
 # a small local-search context (SmolLM2's window is far below GraphRAG's 12k default).
-TEST_SETTINGS = ["graphrag.max_gleanings=0", "graphrag.max_new_tokens=96", "graphrag.max_context_tokens=1200",
+TEST_SETTINGS = ["graphrag.max_gleanings=0", "graphrag.max_new_tokens=160", "graphrag.max_context_tokens=1200",
                  "graphrag.community_report_max_length=60", "graphrag.summarize_max_length=40",
                  "graphrag.concurrent_requests=16"]
 

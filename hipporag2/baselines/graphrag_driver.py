@@ -83,6 +83,8 @@ def cmd_info(_args) -> None:
     from importlib.metadata import version
 
     from graphrag.index.operations.extract_graph import graph_extractor as ge
+    from graphrag.index.operations.summarize_communities.community_reports_extractor import CommunityReportResponse
+    from graphrag.prompts.index.community_report import COMMUNITY_REPORT_PROMPT
     from graphrag.prompts.index.extract_graph import GRAPH_EXTRACTION_PROMPT
 
     emit({
@@ -91,6 +93,8 @@ def cmd_info(_args) -> None:
         "extract_graph_marker": _first_line(GRAPH_EXTRACTION_PROMPT),
         "tuple_delimiter": ge.TUPLE_DELIMITER, "record_delimiter": ge.RECORD_DELIMITER,
         "completion_delimiter": ge.COMPLETION_DELIMITER,
+        "community_report_marker": _first_line(COMMUNITY_REPORT_PROMPT),
+        "community_report_schema": CommunityReportResponse.model_json_schema(),
     })
 
 

@@ -177,23 +177,25 @@ def passage_of(document_id: Optional[str]) -> Optional[int]:
         return None
 
 
-def extraction_grammar(info: Dict[str, Any], entity_types: Sequence[str], max_records: int = 4) -> str:
+def extraction_grammar(info: Dict[str, Any], entity_types: Sequence[str], max_records: int = 2) -> str:
     """A small bounded grammar of GraphRAG's extraction format (its delimiters read from
-    its parser at run time): a few entities of the configured types, then a few
-    relationships, then the completion marker. Only used where the run constrains
-    decoding (a 135M CPU model cannot write the format unaided); never for the paper runs."""
+    its parser at run time): two to `max_records` entities of the configured types, then
+    one to `max_records` relationships, then the completion marker (a small model left
+    free stops after one entity, and GraphRAG needs relationships). Only used where the
+    run constrains decoding (a 135M CPU model cannot write the format unaided); never
+    for the paper runs."""
     def lit(s: str) -> str:
         return json.dumps(s)
 
     td, rd, cd = lit(info["tuple_delimiter"]), lit(info["record_delimiter"]), lit(info["completion_delimiter"])
     types = " | ".join(lit(t.upper()) for t in entity_types)
     return "\n".join([
-        f"root ::= entity ({rd} entity){{0,{max_records - 1}}} ({rd} relation){{0,{max_records}}} {cd}",
+        f"root ::= entity ({rd} entity){{1,{max_records - 1}}} ({rd} relation){{1,{max_records}}} {cd}",
         f'entity ::= "(" {lit(chr(34) + "entity" + chr(34))} {td} name {td} etype {td} desc ")"',
         f'relation ::= "(" {lit(chr(34) + "relationship" + chr(34))} {td} name {td} name {td} desc {td} [1-9] ")"',
         f"etype ::= {types}",
-        'name ::= [A-Z] [A-Z0-9 .\'-]{0,30}',
-        'desc ::= [A-Za-z0-9] [A-Za-z0-9 ,.\'-]{0,80}',
+        'name ::= [A-Z] [A-Z0-9 .\'-]{0,24}',
+        'desc ::= [A-Za-z0-9] [A-Za-z0-9 ,.\'-]{0,48}',
     ])
 
 
@@ -208,6 +210,42 @@ class StoreEncoder:
         return self.store.embed(list(texts), instruction=instruction, desc=self.desc, progress=False)
 
 
+def bounded_json_grammar(schema: Dict[str, Any], max_chars: int = 60, max_items: int = 2) -> str:
+    """An EBNF grammar of the JSON objects `schema` describes (objects with all their
+    properties in order, strings, numbers, arrays of 1..`max_items`), every string at
+    most `max_chars` characters: GraphRAG's community-report schema sets no lengths, and
+    a small model fills an unbounded string until its token limit cuts the JSON."""
+    defs = schema.get("$defs", {})
+    rules: Dict[str, str] = {}
+
+    def rule_for(node: Dict[str, Any], name: str) -> str:
+        if "$ref" in node:
+            ref = node["$ref"].rsplit("/", 1)[-1]
+            return rule_for(defs[ref], ref.lower())
+        kind = node.get("type")
+        if kind == "string":
+            return "str"
+        if kind in ("number", "integer"):
+            return "num"
+        if kind == "array":
+            item = rule_for(node.get("items", {"type": "string"}), name + "-item")
+            rules[name] = f'"[" {item} ("," {item}){{0,{max_items - 1}}} "]"'
+            return name
+        if kind == "object":
+            parts = []
+            for i, (key, sub) in enumerate(node.get("properties", {}).items()):
+                parts.append(("\",\" " if i else "") + json.dumps(json.dumps(key) + ":") + " " + rule_for(sub, f"{name}-{key}".replace("_", "-")))
+            rules[name] = '"{" ' + " ".join(parts) + ' "}"'
+            return name
+        raise ValueError(f"no grammar for JSON schema type {kind!r}")
+
+    rule_for(schema, "root")
+    lines = [f"{k} ::= {v}" for k, v in rules.items()]
+    lines.append(r'str ::= "\"" [A-Za-z0-9 ,.()-]{0,%d} "\""' % max_chars)
+    lines.append('num ::= [0-9] ("." [0-9])?')
+    return "\n".join(lines)
+
+
 def _endpoint(llm, store, stage: str, gcfg, rules):
     from hipporag2.baselines.endpoint import LoopbackEndpoint
 
@@ -220,7 +258,8 @@ def _rules(cfg, info):
         return []
     from hipporag2.baselines.endpoint import GrammarRule
 
-    return [GrammarRule(info["extract_graph_marker"], extraction_grammar(info, cfg.graphrag.entity_types))]
+    return [GrammarRule(info["extract_graph_marker"], extraction_grammar(info, cfg.graphrag.entity_types)),
+            GrammarRule(info["community_report_marker"], bounded_json_grammar(info["community_report_schema"]))]
 
 
 def _endpoint_env(ep) -> Dict[str, str]:
