@@ -49,7 +49,7 @@ ENV_LLM_BASE, ENV_EMBED_BASE, ENV_KEY = "HIPPORAG2_GRAPHRAG_LLM_BASE", "HIPPORAG
 QUERY_ONLY = ("env", "query_mode", "response_type", "top_k_entities", "top_k_relationships", "max_context_tokens",
               "community_level", "concurrent_requests", "timeout_s")
 PASSAGE_ID = "p{:07d}"
-READER_TITLE = "GraphRAG answer"
+READER_TITLE = "GraphRAG's answer"
 
 
 # ---- the environment --------------------------------------------------------------------
