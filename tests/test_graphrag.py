@@ -83,6 +83,12 @@ def test_a_missing_environment_is_one_line_before_any_work(tmp_path):
 # ---- end to end in .venv-graphrag with SmolLM2 and MiniLM --------------------------------
 
 
+def _own_peak_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def _require_graphrag_env() -> None:
     if (GRAPHRAG_VENV / "bin" / "python").is_file() and (GRAPHRAG_VENV / ".installed").is_file():
         return
@@ -159,7 +165,8 @@ def test_graphrag_indexes_answers_and_counts(graphrag_runs):
     t12, usage = m["table12"], m["llm_usage"][gi.INDEX_STAGE]
     assert t12["indexing_llm_input_tokens"] == usage["input_tokens"] + usage.get("cached_input_tokens", 0) > 0
     assert t12["indexing_llm_output_tokens"] == usage["output_tokens"] + usage.get("cached_output_tokens", 0) > 0
-    assert t12["indexing_s"] > 0 and t12["seconds_per_query"] > 0 and t12["peak_rss_mb"] > 50
+    # (the subprocess's own peak: far below this test process's, which holds SmolLM2 and MiniLM)
+    assert t12["indexing_s"] > 0 and t12["seconds_per_query"] > 0 and 50 < t12["peak_rss_mb"] < _own_peak_mb()
     assert m["llm_usage"][gi.QUERY_STAGE]["requests"] >= n_q
 
 

@@ -62,6 +62,14 @@ def go_offline() -> None:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory. /proc's VmHWM first: after fork and exec,
+    getrusage's maxrss still carries the parent's peak (Linux keeps it across exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
 
