@@ -623,8 +623,6 @@ def _cost_values(r: Run) -> Dict[str, Optional[float]]:
             "openie_output_tokens_millions": millions(own.get("indexing_llm_output_tokens")),
             "seconds_per_query": own.get("seconds_per_query"),
             "retrieval_s": t.get("retrieval"),
-            # peak resident memory of the query process (the paper's column is GPU memory)
-            "query_peak_rss_gb": round(float(own["peak_rss_mb"]) / 1024.0, 2) if own.get("peak_rss_mb") else None,
         }
     usage = r.metrics.get("llm_usage", {}) or {}
     ie_in = sum(u.get("input_tokens", 0) for s, u in usage.items() if s.startswith("openie"))
@@ -637,14 +635,13 @@ def _cost_values(r: Run) -> Dict[str, Optional[float]]:
         "openie_output_tokens_millions": round(ie_out / 1e6, 2) if usage else None,
         "seconds_per_query": round(t.get("retrieval", 0.0) / n, 3),
         "retrieval_s": t.get("retrieval"),
-        "query_peak_rss_gb": None,
     }
 
 
 def table_cost(runs: Sequence[Run], ctx: Context, name: str = "table12", title: str = "Table 12: cost") -> Table:
     label = make_labeller(runs)
     keys = ["indexing_minutes", "openie_input_tokens_millions", "openie_output_tokens_millions", "seconds_per_query"]
-    header = ["run", "n"] + keys + ["query_peak_rss_gb"]
+    header = ["run", "n"] + keys
     rows, csv_rows = [], []
     covered: set = set()
     for r in sorted(runs, key=label):
@@ -659,9 +656,6 @@ def table_cost(runs: Sequence[Run], ctx: Context, name: str = "table12", title: 
                 v += f" ({'~' if hit[2] else ''}{hit[1]:g})"
             row.append(v)
             csv_rows.append({"table": name, "row": label(r), "metric": k, "ours": vals[k], "paper": hit[1] if hit else None, "run_dir": str(r.path)})
-        row.append(fmt(vals["query_peak_rss_gb"], 2))
-        csv_rows.append({"table": name, "row": label(r), "metric": "query_peak_rss_gb", "ours": vals["query_peak_rss_gb"],
-                         "paper": None, "run_dir": str(r.path)})
         rows.append(row)
     if ctx.paper is not None:
         for prow, block in ctx.paper.rows("table12"):
@@ -672,15 +666,11 @@ def table_cost(runs: Sequence[Run], ctx: Context, name: str = "table12", title: 
             for k in keys:
                 row.append(f"{NOT_RUN} ({e.values[k]:g})" if k in e.values else NOT_RUN)
                 csv_rows.append({"table": name, "row": prow, "metric": k, "ours": None, "paper": e.values.get(k), "status": NOT_RUN})
-            row.append(NOT_RUN)
             rows.append(row)
     notes = [
         "Cells: ours (paper). Indexing = OpenIE + index build (+ passage embedding for dense), wall clock; "
         "tokens are the LLM's OpenIE usage in this run (0 when OpenIE came from the cache or an import file); "
-        "seconds per query = the retrieval stage / questions. The paper's 9.9 GB of extra GPU memory is not measured here. "
-        "A baseline's own counters (RAPTOR, GraphRAG: metrics.json `table12`) replace these: its LLM's indexing tokens, "
-        "its indexing time, (retrieval + reading) / questions, and query_peak_rss_gb, the peak resident memory of the "
-        "process that answered the queries (GraphRAG: its query subprocess), not the paper's GPU memory.",
+        "seconds per query = the retrieval stage / questions. The paper's 9.9 GB of extra GPU memory is not measured here.",
     ]
     return Table(name, title, header, rows, csv_rows, notes=notes, provenance=provenance_lines(runs))
 
