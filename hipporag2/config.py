@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from hipporag2.baselines.config import RaptorConfig, check_raptor
+from hipporag2.baselines.config import LightRAGConfig, RaptorConfig, check_lightrag, check_raptor
 from hipporag2.errors import ConfigError
 from hipporag2.llm.config import LLMConfig
 from hipporag2.registry import check_config
@@ -224,6 +224,7 @@ class Config:
     qa: QAConfig = field(default_factory=QAConfig)
     # baselines (hipporag2/baselines): read only when retrieval.method names one
     raptor: RaptorConfig = field(default_factory=RaptorConfig)
+    lightrag: LightRAGConfig = field(default_factory=LightRAGConfig)
     data_dir: str = "data"
     run_dir: str = MISSING
     # Content-addressed artefacts shared by runs (OpenIE, embeddings, graphs, LLM cache).
@@ -249,6 +250,7 @@ def validate(cfg: Config) -> Config:
     # Choice fields (method, solver, backends, ...): the registries are the one list.
     problems = check_config(cfg)
     problems += check_raptor(cfg.raptor) if hasattr(cfg, "raptor") else []
+    problems += check_lightrag(cfg.lightrag) if hasattr(cfg, "lightrag") else []
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")

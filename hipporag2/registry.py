@@ -229,6 +229,9 @@ RETRIEVERS.register("none", "hipporag2.retrieve.factory:no_retriever",
 RETRIEVERS.register("raptor", "hipporag2.baselines.raptor_index:raptor_retriever",
                     "RAPTOR baseline: tree of LLM cluster summaries (UMAP + GMM), collapsed-tree retrieval (raptor.*)",
                     needs=("encoder", "llm"))
+RETRIEVERS.register("lightrag", "hipporag2.baselines.lightrag_index:lightrag_retriever",
+                    "LightRAG baseline (lightrag-hku in .venv-lightrag, make setup-lightrag): its local-mode answer, "
+                    "restated by the reader (lightrag.*)", needs=("encoder", "llm"))
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = RETRIEVERS.names_needing("graph")

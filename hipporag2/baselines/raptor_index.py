@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import resource
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +23,7 @@ from filelock import FileLock
 
 from hipporag2 import atomicio
 from hipporag2.baselines import raptor
+from hipporag2.baselines.common import table12
 from hipporag2.baselines.config import RAPTOR_SUMMARY_PASSAGES
 from hipporag2.llm.base import ChatRequest
 from hipporag2.retrieve import instructions as ins
@@ -188,19 +188,6 @@ class RaptorRetriever:
             "table12": table12(st.get("llm_input_tokens"), st.get("llm_output_tokens"), st.get("build_s", self.index_s),
                                query_s / n),
         }
-
-
-def table12(in_tokens, out_tokens, index_s, s_per_query) -> Dict[str, Any]:
-    """Table 12's counters: LLM tokens and time of indexing (a fresh build's, also when
-    the index came from the cache), seconds per query (retrieval + reading), and the
-    peak resident memory of this process (which also indexed, when it did)."""
-    return {
-        "indexing_llm_input_tokens": in_tokens,
-        "indexing_llm_output_tokens": out_tokens,
-        "indexing_s": index_s,
-        "seconds_per_query": round(s_per_query, 4),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-    }
 
 
 def raptor_retriever(parts):
