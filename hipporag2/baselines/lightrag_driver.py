@@ -279,8 +279,11 @@ async def run_index(job: dict) -> None:
     await rag.initialize_storages()
     t0 = time.perf_counter()
     try:
+        from lightrag.base import DocStatus
+
         ids = [p["id"] for p in job["passages"]]
         new = await rag.doc_status.filter_keys(set(ids))  # ids LightRAG has not seen (a resumed folder has some)
+        done_before = len(await rag.doc_status.get_docs_by_statuses([DocStatus.PROCESSED]))
         todo = [p for p in job["passages"] if p["id"] in new]
         if todo:
             await rag.apipeline_enqueue_documents([p["text"] for p in todo], ids=[p["id"] for p in todo],
@@ -288,7 +291,7 @@ async def run_index(job: dict) -> None:
         # Pending, failed and interrupted documents of this folder are (re)processed.
         await rag.apipeline_process_enqueue_documents()
         stats = await _stats(rag)
-        stats.update({"resumed_docs": len(ids) - len(todo), "index_s": round(time.perf_counter() - t0, 3),
+        stats.update({"resumed_docs": len(ids) - len(todo), "processed_before": done_before, "index_s": round(time.perf_counter() - t0, 3),
                       "driver_calls": dict(endpoint.calls), "failed": await _failed_docs(rag),
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)})
     finally:

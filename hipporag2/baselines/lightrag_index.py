@@ -156,6 +156,9 @@ def get_index(cfg, passages: Sequence[str], store, lazy_llm, described: Dict[str
                             f"(first: {first.get('id')}: {first.get('error')}); the finished LLM calls are in the "
                             f"LLM cache and LightRAG's folder {folder / 'working'} is kept: rerun to resume")
         stats.update(indexing_bill(before, llm.usage().get(INDEX_STAGE, {})))
+        # A folder resumed with documents already finished asked only for the rest: its
+        # tokens are not a whole build's (Table 12 wants one: build in a fresh cache).
+        stats["bill_complete"] = int(stats.get("processed_before", 0)) == 0
         stats.update({"build_s": round(time.perf_counter() - t0, 3), "llm_calls_sent": llm.requests_sent - sent_before,
                       "lightrag": described["lightrag"], "tiktoken_encoding": described.get("tiktoken_encoding")})
         atomicio.write_json(folder / "index.json", stats)  # written last: the folder is complete
@@ -220,13 +223,14 @@ class LightRAGRetriever:
         query_s = timings.seconds.get("retrieval", 0.0) + timings.seconds.get("qa", 0.0)
         t12 = table12(ix.get("llm_input_tokens"), ix.get("llm_output_tokens"), ix.get("build_s", self.index_s), query_s / n)
         t12["driver_peak_rss_mb"] = self.driver_peak_rss_mb  # the LightRAG process of the queries (the LLM is in ours)
+        t12["indexing_bill_complete"] = bool(ix.get("bill_complete", True))
         return {
             "lightrag": {
                 "version": ix.get("lightrag", self.described.get("lightrag")),
                 "settings": asdict(self.lr),
                 "tiktoken_encoding": ix.get("tiktoken_encoding"),
                 "index": {k: ix.get(k) for k in ("entities", "relations", "chunks", "docs", "cached", "llm_calls",
-                                                 "resumed_docs", "folder")},
+                                                 "resumed_docs", "processed_before", "folder")},
                 "index_llm_calls_sent": ix.get("llm_calls_sent", 0) if not ix.get("cached") else 0,
                 "answered": sum(1 for r in results if r.details.get("lightrag_answer")),
                 "no_context": sum(1 for r in results if r.details.get("lightrag_status") != "success"),
