@@ -57,6 +57,30 @@ def test_table14_is_the_default_and_settings_are_checked():
             validate(compose(["retrieval=lightrag", "embedding=minilm", bad]))
 
 
+def test_index_key_follows_indexing_settings_only():
+    from types import SimpleNamespace
+
+    from hipporag2.baselines.lightrag_index import doc_id, index_key, passage_of
+    from hipporag2.cli import compose
+
+    store = SimpleNamespace(dir=Path("/cache/embeddings/minilm-abc"))
+    passages = ["A\nalpha", "B\nbeta"]
+
+    def key(*overrides):
+        return index_key(compose(["retrieval=lightrag", "embedding=minilm", "llm=smollm2_cpu", *overrides]), passages,
+                         store, "1.5.7")
+
+    base = key()
+    # query-time and how-it-runs settings share the index
+    assert key("lightrag.top_k=10", "lightrag.mode=hybrid", "lightrag.llm_max_async=2", "lightrag.env=/x") == base
+    # what changes the extraction does not
+    for changed in ("lightrag.chunk_token_size=600", "lightrag.max_gleaning=0", "lightrag.grammar_max_records=2",
+                    "llm.temperature=0.5"):
+        assert key(changed) != base, changed
+    assert index_key(compose(["retrieval=lightrag", "embedding=minilm", "llm=smollm2_cpu"]), passages, store, "1.5.8") != base
+    assert passage_of(doc_id(12)) == 12 and passage_of("doc-12") is None and passage_of(None) is None
+
+
 def test_missing_environment_stops_in_one_line(tmp_path):
     proc = cli(["dataset=demo", "retrieval=lightrag", "embedding=minilm", "llm=smollm2_cpu",
                 f"lightrag.env={tmp_path / 'no_env'}", f"cache_dir={tmp_path / 'cache'}", f"run_dir={tmp_path / 'run'}",
