@@ -201,8 +201,9 @@ def test_lightrag_end_to_end_with_smollm2(first_run):
     assert t12["indexing_llm_input_tokens"] == usage["lightrag_index"]["input_tokens"] > 0
     assert t12["indexing_llm_output_tokens"] == usage["lightrag_index"]["output_tokens"] > 0
     assert t12["indexing_s"] > 0 and t12["seconds_per_query"] > 0 and t12["indexing_bill_complete"] is True
-    assert t12["peak_rss_mb"] > 100 and t12["driver_peak_rss_mb"] > 50
-    assert usage["lightrag_query"]["requests"] == 2 * N_QUESTIONS  # keywords and answer per question
+    assert t12["peak_rss_mb"] > 100 and 50 < t12["driver_peak_rss_mb"] < t12["peak_rss_mb"]  # the LLM is in ours
+    # keywords, then an answer when LightRAG found a context
+    assert N_QUESTIONS <= usage["lightrag_query"]["requests"] <= 2 * N_QUESTIONS - lr["no_context"]
 
 
 @pytest.mark.slow

@@ -266,6 +266,19 @@ async def _failed_docs(rag, limit: int = 3) -> list:
             for v in [failed[k]]]
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak resident memory: VmHWM (Linux resets it at exec, while
+    getrusage's maxrss keeps the parent's peak from before the exec), else maxrss."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
 def _write_json(path: str, obj: dict) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -293,7 +306,7 @@ async def run_index(job: dict) -> None:
         stats = await _stats(rag)
         stats.update({"resumed_docs": len(ids) - len(todo), "processed_before": done_before, "index_s": round(time.perf_counter() - t0, 3),
                       "driver_calls": dict(endpoint.calls), "failed": await _failed_docs(rag),
-                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)})
+                      "peak_rss_mb": peak_rss_mb()})
     finally:
         await rag.finalize_storages()
     _write_json(job["out"], stats)
@@ -336,7 +349,7 @@ async def run_query(job: dict) -> None:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
         f.write(json.dumps({"_summary": True, "driver_calls": dict(endpoint.calls),
-                            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}) + "\n")
+                            "peak_rss_mb": peak_rss_mb()}) + "\n")
     os.replace(tmp, job["out"])
 
 
