@@ -291,9 +291,9 @@ class BatchedSolver:
         returns the true residual r of the iterate it read, so the stopping rule is
         checked exactly and the answer is that iterate plus r. If the interval was wrong
         and the steps run out, `_polish` finishes. Column k is done at ||D^1/2 r||_1 <= limit[k]."""
-        b, x, x_prev, r = ws.b, ws.x, ws.x_prev, ws.r  # r: scratch until the first step, and after the last
+        b, x, x_prev, r = ws.b, ws.x, ws.x_prev, ws.r  # r: scratch before and after the steps (no temporaries)
         beta = self.components.T @ b
-        b -= self._spread(beta, r)
+        b -= np.multiply(self._comp_val[:, None], np.take(beta, self._comp_of, axis=0, out=r), out=r)  # V beta
         lo, hi = self.interval()
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
@@ -316,11 +316,8 @@ class BatchedSolver:
                 omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
             else:
                 x = self._polish(x, b, d, limit)
-        x += self._spread(beta / (1.0 - d), r)
+        x += np.multiply(self._comp_val[:, None], np.take(beta / (1.0 - d), self._comp_of, axis=0, out=r), out=r)
         return x
-
-    def _spread(self, beta: np.ndarray, out: np.ndarray) -> np.ndarray:  # V beta into out, no temporaries
-        return np.multiply(self._comp_val[:, None], np.take(beta, self._comp_of, axis=0, out=out), out=out)
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:
         """Check the bound with the true residual: the power step z + (b - M z) where it
