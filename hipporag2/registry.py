@@ -289,9 +289,10 @@ OPENIE_METHODS.register("spacy", "hipporag2.openie.spacy_extract:spacy_corpus",
                         "no LLM: a spaCy pipeline's named entities (and noun chunks) by sentence; no facts, so link "
                         "query_to_node or ner_to_node (issue 27)")
 
-FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.")
-FUSIONS.register("none", None, "the PPR ranking (the paper)")
-FUSIONS.register("rrf", "hipporag2.retrieve.fusion:reciprocal_rank_fusion",
+FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.",
+                 interface=Interface(params=("graph", "parts")))  # (GraphRetriever, RetrieverParts) -> a retriever
+FUSIONS.register("none", "hipporag2.retrieve.fused_retriever:no_fusion", "the PPR ranking (the paper)")
+FUSIONS.register("rrf", "hipporag2.retrieve.fused_retriever:rrf_fusion",
                  "PPR, dense and BM25 rankings fused by reciprocal rank (retrieval.rrf_k, retrieval.rrf_weights); "
                  "a query without graph seeds is ranked by dense and BM25 alone")
 

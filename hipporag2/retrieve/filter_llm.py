@@ -21,29 +21,9 @@ import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hipporag2.llm.base import ChatRequest
-from hipporag2.retrieve.filter_messages import ChatTemplate, facts_json
-from hipporag2.retrieve.filter_messages import build_messages as _render
-from hipporag2.retrieve.filter_parse import (  # noqa: F401 - re-exported for callers
-    OUTCOMES,
-    ReplyReader,
-    answer_section,
-    closest_candidates,
-    map_to_candidates,
-    parse_filter_answer,
-    parse_reference,
-    reply_reader,
-)
-from hipporag2.retrieve.filter_program import (  # noqa: F401 - re-exported for callers
-    DEFAULT_PROGRAM,
-    DEFAULT_FIELD_DESCRIPTIONS,
-    INPUT_FIELDS,
-    OUTPUT_FIELD,
-    OWN_PROGRAM,
-    FilterProgram,
-    load_program,
-    program_from_dict,
-    render_system,
-)
+from hipporag2.retrieve.filter_messages import ChatTemplate, build_messages
+from hipporag2.retrieve.filter_parse import OUTCOMES, ReplyReader, reply_reader
+from hipporag2.retrieve.filter_program import FilterProgram, load_program
 
 log = logging.getLogger("hipporag2.filter")
 
@@ -73,13 +53,6 @@ def fact_schema(candidates: Sequence[Sequence[str]]) -> str:
     )
 
 
-def build_messages(program: FilterProgram, question: str, candidates: Sequence[Sequence[str]],
-                   template: Optional[ChatTemplate] = None) -> Tuple[Tuple[str, str], ...]:
-    """The request's messages (hipporag2.retrieve.filter_messages); the template is
-    DSPy's chat format for the program's output type unless given."""
-    return _render(program, template or ChatTemplate.from_dspy(), question, candidates)
-
-
 class LLMFactFilter:
     name = "llm"
 
@@ -104,7 +77,7 @@ class LLMFactFilter:
         return {**self.program.describe(), "chat_format": self.template.source}
 
     def messages(self, question: str, candidates: Sequence[Sequence[str]]) -> Tuple[Tuple[str, str], ...]:
-        return _render(self.program, self.template, question, candidates)
+        return build_messages(self.program, question, candidates, self.template)
 
     def select(self, questions: Sequence[str], candidates: Sequence[Sequence[Tuple[str, str, str]]]) -> List[List[int]]:
         out: List[List[int]] = [[] for _ in questions]

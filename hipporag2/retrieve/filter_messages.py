@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from hipporag2.retrieve.filter_program import INPUT_FIELDS, OUTPUT_FIELD, FilterProgram, ProgramError
 
@@ -100,9 +100,10 @@ def facts_json(facts: Sequence[Sequence[str]]) -> str:
     return json.dumps({"fact": [list(f) for f in facts]})
 
 
-def build_messages(
-    program: FilterProgram, template: ChatTemplate, question: str, candidates: Sequence[Sequence[str]]
-) -> Tuple[Tuple[str, str], ...]:
+def build_messages(program: FilterProgram, question: str, candidates: Sequence[Sequence[str]],
+                   template: Optional[ChatTemplate] = None) -> Tuple[Tuple[str, str], ...]:
+    """The request's messages; the template is DSPy's chat format unless given."""
+    template = template or ChatTemplate.from_dspy()
     msgs: List[Tuple[str, str]] = [("system", program.system)]
     for demo in program.demos:
         msgs.append(("user", template.user(demo["question"], demo["fact_before_filter"])))

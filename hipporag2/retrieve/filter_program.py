@@ -31,7 +31,6 @@ from hipporag2.errors import ConfigError
 log = logging.getLogger("hipporag2.filter")
 
 OWN_PROGRAM = Path(__file__).resolve().parent.parent / "resources" / "filter_program.json"
-DEFAULT_PROGRAM = OWN_PROGRAM  # kept for callers that named the old constant
 
 REFERENCE_DIST = "hipporag"
 REFERENCE_VERSION = "2.0.0a4"

@@ -2,18 +2,10 @@
 
 Per query: link the query to phrase nodes (query-to-triple + recognition memory by
 default), seed phrases and passages (`seeds`), run Personalized PageRank, rank passages
-by their PPR probability. Queries are processed in blocks so the PPR solver can solve
-many reset vectors at once; `damping` and `passage_node_weight` enter only in the
-resets and the solver call, so a sweep re-runs only this module.
-
-What a query costs besides its PPR is kept small: the candidate facts come from one
-pass over the raw fact scores (`min_max_top_k`, the same candidates, scores and ties
-as normalising and sorting all of them), made in bounded pieces on large indexes
-(`min_max_top_k_product`), passages are ranked by partial selection, and the resets
-and PPR answers of a block are made in pieces of what the solver takes at once (resets
-as CSR rows, answers in one reused array), so no q x nodes temporary is built; with
-the batched solver no igraph graph is built either, and its preparation is loaded
-from the index folder (`ppr/store.py`).
+by their PPR probability. Queries go in blocks so the PPR solver solves many resets at
+once, each block in pieces of what the solver takes (resets as CSR rows, answers in one
+reused array); `damping` and `passage_node_weight` enter only in the resets and the
+solver call, so a sweep re-runs only this module.
 """
 from __future__ import annotations
 
@@ -30,7 +22,8 @@ from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve import seeds as seeding
-from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
+from hipporag2.retrieve.base import FactFilter, NoFilter
+from hipporag2.results import QueryResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
 from hipporag2.retrieve.scoring import min_max, min_max_rows, min_max_top_k_product, rank_desc
 from hipporag2.text import normalise_phrase
@@ -160,9 +153,9 @@ class GraphRetriever:
         dense = dense_scores(self.store, self.index.passage_emb, questions, self.progress)
         return dense, self._link(questions)
 
-    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+    def retrieve(self, queries: Sequence[Query]) -> List[QueryResult]:
         cfg = self.cfg
-        results: List[RetrievalResult] = []
+        results: List[QueryResult] = []
         for start in range(0, len(queries), cfg.query_batch_size):
             block = queries[start : start + cfg.query_batch_size]
             dense, links = self.link_and_dense(block)
@@ -175,7 +168,7 @@ class GraphRetriever:
                 results.append(res)
         return results
 
-    def _graph_results(self, block: Sequence[Query], dense: np.ndarray, links) -> Dict[int, RetrievalResult]:
+    def _graph_results(self, block: Sequence[Query], dense: np.ndarray, links) -> Dict[int, QueryResult]:
         """Results by PPR for the rows of a block that seed the graph (the others fall
         back to dense, SPEC §3.4). Resets are written piece by piece (as many queries as
         the solver runs at once) into one reused array, and each answer is ranked as
@@ -194,7 +187,7 @@ class GraphRetriever:
                 rows.append(r)
                 pseeds[r] = ps
         piece = max(1, self.solver.batch_size)
-        out: Dict[int, RetrievalResult] = {}
+        out: Dict[int, QueryResult] = {}
         for s in range(0, len(rows), piece):
             part = rows[s : s + piece]
             R = seeding.reset_rows([links[r][0] for r in part], [pseeds[r] for r in part], n_phr, n)
@@ -211,7 +204,7 @@ class GraphRetriever:
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,
-                 top_k: int, uniform: bool = False) -> RetrievalResult:
+                 top_k: int, uniform: bool = False) -> QueryResult:
     """One query's ranked passages: by its PPR passage scores, or, when it had no PPR,
     by its dense scores (the fallback of SPEC §3) or, with `uniform` (HippoRAG 1 as the
     legacy code runs it), by one equal score for every passage, which our tie rule
@@ -219,15 +212,15 @@ def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], 
     the details; `fallback` is true for both. Shared by `retrieve` and the sweep, so a
     sweep point's rows equal a run's."""
     seeds, details = link
-    details = dict(details)
-    details["seed_phrases"] = [[idx.phrases[i], float(w)] for i, w in seeds]
-    details["fallback"] = scores is None
+    fallback = None
     if scores is None:
-        details["fallback_ranking"] = "uniform" if uniform else "dense"
+        fallback = "uniform" if uniform else "dense"
         scores = np.full(idx.n_passages, 1.0 / max(idx.n_passages, 1)) if uniform else dense_row
     order = rank_desc(scores, top_k)
     # .tolist() gives each score as float() of it would: one call instead of 200
-    return RetrievalResult(query_id, order.tolist(), np.asarray(scores)[order].tolist(), details)
+    return QueryResult(query_id, order.tolist(), np.asarray(scores)[order].tolist(), **details,
+                       seed_phrases=[(idx.phrases[i], float(w)) for i, w in seeds], fallback=fallback is not None,
+                       fallback_ranking=fallback)
 
 
 def legacy_query_entities(entities: Sequence) -> List[str]:
@@ -274,10 +267,10 @@ class DenseRetriever:
     def __init__(self, passage_emb: np.ndarray, store: EmbeddingStore, cfg: RetrievalConfig, progress: bool = True):
         self.passage_emb, self.store, self.cfg, self.progress = passage_emb, store, cfg, progress
 
-    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+    def retrieve(self, queries: Sequence[Query]) -> List[QueryResult]:
         dense = dense_scores(self.store, self.passage_emb, [q.question for q in queries], self.progress)
         out = []
         for q, row in zip(queries, dense):
             order = rank_desc(row, self.cfg.retrieval_top_k)
-            out.append(RetrievalResult(q.id, order.tolist(), [float(row[i]) for i in order], {}))
+            out.append(QueryResult(q.id, order.tolist(), [float(row[i]) for i in order]))
         return out
