@@ -1,18 +1,10 @@
-"""Recognition memory (SPEC §3.3): an LLM keeps the candidate facts relevant to a question.
-
-Three parts, each its own module, chosen in config:
-- the program (`retrieval.filter_program`, hipporag2.retrieve.filter_program): the
-  authors' tuned DSPy program by default (`reference`), our own (`own`) or a file;
-- the messages (hipporag2.retrieve.filter_messages): the reference's, byte for byte,
-  with DSPy's chat-format text taken from DSPy at run time;
-- the reading of the reply and the mapping to candidates (`retrieval.filter_parse`,
-  hipporag2.retrieve.filter_parse): the reference's by default, or our lenient one.
-
-Generation as the reference's filter call: at most `retrieval.filter_max_new_tokens`
-(512, the reference's completion limit) new tokens. A reply with no readable fact, or a
-failed call, keeps nothing; the retriever then falls back to the dense ranking
-(SPEC §3.4), as the reference does. Replies are counted by outcome in `stats`
-(metrics.json `filter_stats`), the program's name and hash in `program_info`.
+"""Recognition memory (SPEC §3.3): an LLM keeps the candidate facts relevant to a question,
+from a program (`filter_program`), in the reference's messages (`filter_messages`), its
+reply read by a `filter_parse` rule, in at most `retrieval.filter_max_new_tokens` new
+tokens. A reply with no readable fact, or a failed call, keeps nothing: the query falls
+back to the dense ranking (SPEC §3.4), as the reference's does. Replies are counted by
+outcome in `stats` (metrics.json `filter_stats`), the program's name and hash in
+`program_info`.
 """
 from __future__ import annotations
 

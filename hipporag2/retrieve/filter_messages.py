@@ -1,19 +1,12 @@
-"""The chat messages of one filter request, as the reference implementation sends them.
+"""The chat messages of one filter request, as the reference implementation sends them:
+the program's system message; each demo as a user turn (question and candidates under
+DSPy's field headers) and an assistant turn (its kept facts); then the question as a
+user turn, with the candidates as `json.dumps({"fact": [[s, p, o], ...]})`.
 
-The reference's DSPyFilter sends: the program's rendered system message; each demo as
-a user turn (its question and candidate facts under DSPy's field headers, then DSPy's
-reminder of the output field and the completed marker) and an assistant turn (the
-demo's kept facts under the output header, then the completed marker); then the
-question as a user turn of the same shape, with the candidates as
-`json.dumps({"fact": [[s, p, o], ...]})` (Python's default separators and ASCII
-escapes).
-
-The fixed protocol text (headers, separators, the reminder naming the output type `Fact`)
-belongs to DSPy's chat format, so it is not written here: `ChatTemplate.from_dspy`
-asks DSPy's own `ChatAdapter`, at run time, to format a user and an assistant turn of
-the program's signature around sentinel values, and keeps the text around them.
-DSPy's user turn is then exactly the reference's. DSPy's assistant turn ends with a
-newline that the reference's does not; the template drops that one character.
+The protocol text around the values belongs to DSPy's chat format, so it is not written
+here: `ChatTemplate.from_dspy` has DSPy's own `ChatAdapter` format both turns around
+sentinel values at run time and keeps the text around them (less the newline that
+ends DSPy's assistant turn and not the reference's).
 """
 from __future__ import annotations
 

@@ -65,6 +65,9 @@ class GraphRetriever:
                 "passage -> fact table (made by an older hipporag2): rebuild it, or set retrieval.v1_scoring=spec"
             )
         self.with_passage_nodes = cfg.passage_nodes and cfg.method != "hipporag1"
+        from hipporag2.registry import LINKING
+
+        self._linking = LINKING.load(cfg.linking)  # one of the link_* methods below
         if cfg.linking == "ner_to_node" and query_ner is None:
             raise ValueError("retrieval.linking=ner_to_node needs query NER from an LLM (set llm=...)")
         edges = index.edges if self.with_passage_nodes else drop_edge_kind(index.edges, CONTEXT)
@@ -102,8 +105,8 @@ class GraphRetriever:
             return legacy_passage_scores(*self.fact_chain, phrase_ppr)
         return self.passage_phrase @ phrase_ppr
 
-    # ---- linking (the embeddings here, the seeds in `seeds`) ---------------------------
-    def _link_facts(self, questions: Sequence[str]) -> List[seeding.Link]:
+    # ---- linking (registry LINKING; the embeddings here, the seeds in `seeds`) -------
+    def link_facts(self, questions: Sequence[str]) -> List[seeding.Link]:
         idx, cfg = self.index, self.cfg
         if len(idx.facts) == 0:
             return [([], {"candidate_facts": [], "kept_facts": []}) for _ in questions]
@@ -115,7 +118,7 @@ class GraphRetriever:
                                   self.passages_per_phrase, self.fact_filter.select, cfg.linking_top_k,
                                   cfg.node_specificity)
 
-    def _link_nodes(self, questions: Sequence[str]) -> List[seeding.Link]:
+    def link_nodes(self, questions: Sequence[str]) -> List[seeding.Link]:
         """query_to_node: the query embedding against phrase nodes; top linking_top_k."""
         idx, cfg = self.index, self.cfg
         q = self.store.embed(list(questions), instruction=ins.QUERY_TO_PHRASE, desc="embed queries (phrase)", progress=self.progress)
@@ -123,7 +126,7 @@ class GraphRetriever:
         return seeding.link_nodes(scores, idx.phrases, self.passages_per_phrase, cfg.linking_top_k,
                                   self.uniform_seeds, cfg.node_specificity)
 
-    def _link_ner(self, questions: Sequence[str]) -> List[seeding.Link]:
+    def link_ner(self, questions: Sequence[str]) -> List[seeding.Link]:
         """ner_to_node: each query entity is linked to its nearest phrase node."""
         idx = self.index
         entities = self.query_ner(list(questions))
@@ -137,13 +140,6 @@ class GraphRetriever:
         return seeding.link_ner(entities, sims, idx.phrases, self.passages_per_phrase, self.v1_legacy,
                                 self.uniform_seeds, self.cfg.node_specificity)
 
-    def _link(self, questions):
-        if self.cfg.linking == "query_to_triple":
-            return self._link_facts(questions)
-        if self.cfg.linking == "query_to_node":
-            return self._link_nodes(questions)
-        return self._link_ner(questions)
-
     # ---- retrieval -----------------------------------------------------------------
     def link_and_dense(self, queries: Sequence[Query]) -> Tuple[np.ndarray, List[Tuple[List[Tuple[int, float]], Dict]]]:
         """The parts of retrieval that do not depend on damping or passage_node_weight:
@@ -151,7 +147,7 @@ class GraphRetriever:
         [(phrase_idx, weight)], details) from linking (and the fact filter, if any)."""
         questions = [q.question for q in queries]
         dense = dense_scores(self.store, self.index.passage_emb, questions, self.progress)
-        return dense, self._link(questions)
+        return dense, self._linking(self, questions)
 
     def retrieve(self, queries: Sequence[Query]) -> List[QueryResult]:
         cfg = self.cfg
