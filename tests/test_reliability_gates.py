@@ -145,7 +145,8 @@ def _run_of(tmp_path: Path, name: str, config: dict, metrics: dict):
 
 def test_report_labels_and_fallback_columns(tmp_path):
     """Labels name what changes results and only that; fallbacks sit next to recall."""
-    from hipporag2.report.tables import Context, value_str, make_labeller, table_recall
+    from hipporag2.report.labels import make_labeller, value_str
+    from hipporag2.report.tables import Context, table_recall
 
     runs = [
         _run_of(tmp_path, "a", {"retrieval.name": "hipporag2", "retrieval.method": "hipporag2", "retrieval.filter": "none",
@@ -162,7 +163,8 @@ def test_report_labels_and_fallback_columns(tmp_path):
     table = table_recall(runs, Context(paper=None, ours=[], baselines=[]))
     md = table.markdown()
     assert "| fallbacks |" in md and "| 6 (60%) |" in md
-    assert all("dense_fallbacks" in row and "dense_fallback_rate" in row for row in table.csv_rows)
+    assert {"dense_fallbacks", "dense_fallback_rate"} <= set(table.data.columns)
+    assert table.data[table.data.row == label(runs[0])].dense_fallbacks.tolist() == [6] * 5  # one per recall@k
 
 
 def test_openie_chunks_shrink_to_the_checkpoint_interval():

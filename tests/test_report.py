@@ -225,3 +225,35 @@ def test_runs_of_different_retrieval_semantics_are_flagged(tmp_path):
     warning = mixed_semantics([a, b, old])
     assert warning.startswith("warning:") and "1: 2 run(s)" in warning and "before versioning" in warning
     assert str(tmp_path / "old") in warning
+
+
+def test_pandas_is_the_reports_only():
+    """The report's tables need pandas; the run path (`HippoRAG`, `pipeline.run`, the
+    sweep) must not pay for importing it."""
+    import subprocess
+    import sys
+
+    code = "import sys, hipporag2.api, hipporag2.pipeline, hipporag2.sweep; print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_table12_shows_a_baselines_own_counters_and_no_paper_rows_without_them(tmp_path):
+    """A baseline's metrics.json `table12` (its own LLM's indexing bill) fills its row; a
+    paper file without Table 12 rows adds no "not run" rows."""
+    from hipporag2.report.reference import Reference
+    from hipporag2.report.runs import Run
+    from hipporag2.report.tables import Context, table_cost
+
+    own = {"indexing_s": 600.0, "indexing_llm_input_tokens": 2_500_000, "indexing_llm_output_tokens": None, "seconds_per_query": 0.25}
+    raptor = Run(path=tmp_path / "raptor", metrics={"n_queries": 10, "timings": {"retrieval": 1.0}, "table12": own},
+                 config={"retrieval.name": "raptor"})
+    dense = Run(path=tmp_path / "dense", metrics={"n_queries": 10, "timings": {"retrieval": 5.0, "embed_passages": 120.0}},
+                config={"retrieval.name": "dense"})
+    table = table_cost([raptor, dense], Context(paper=Reference("empty", []), ours=[], baselines=[]))
+    md = table.markdown()
+    assert "| raptor | 10 | 10.00 | 2.50 | – | 0.250 |" in md
+    assert "| dense | 10 | 2.00 | – | – | 0.500 |" in md
+    assert "not run" not in md and "status" not in table.data.columns
+    assert table.data[table.data.row == "raptor"].ours.tolist() == [10.0, 2.5, None, 0.25]

@@ -35,6 +35,9 @@ class ChatRequest:
     messages: tuple[tuple[str, str], ...]  # ((role, content), ...)
     max_new_tokens: int | None = None  # None -> cfg.max_new_tokens
     json_schema: str | None = None  # JSON schema text; used only when cfg.constrained_decoding
+    # EBNF grammar (xgrammar's / vLLM's dialect); used only when cfg.constrained_decoding.
+    # For formats that are not JSON (a baseline system's delimited extraction records).
+    grammar: str | None = None
 
 
 @dataclass
@@ -54,6 +57,7 @@ class Job:
     messages: tuple[tuple[str, str], ...]
     max_new_tokens: int
     json_schema: str | None  # None unless constrained decoding is on
+    grammar: str | None = None  # None unless constrained decoding is on
 
 
 Emit = Callable[[Job, ChatResponse], None]
@@ -125,6 +129,7 @@ class LLM(abc.ABC):
             self._max_new_tokens(request),
             self.cfg.seed,
             request.json_schema if self.cfg.constrained_decoding else None,
+            request.grammar if self.cfg.constrained_decoding else None,
         )
 
     def generate(
@@ -153,6 +158,7 @@ class LLM(abc.ABC):
                         messages=messages_of(req),
                         max_new_tokens=self._max_new_tokens(req),
                         json_schema=req.json_schema if self.cfg.constrained_decoding else None,
+                        grammar=req.grammar if self.cfg.constrained_decoding else None,
                     )
                 )
             pending[key].append(i)
@@ -235,6 +241,7 @@ class LLM(abc.ABC):
                     "messages": [list(m) for m in messages_of(req)],
                     "max_new_tokens": self._max_new_tokens(req),
                     "json_schema": req.json_schema if self.cfg.constrained_decoding else None,
+                    "grammar": req.grammar if self.cfg.constrained_decoding else None,
                     "text": resp.text,
                     "input_tokens": resp.input_tokens,
                     "output_tokens": resp.output_tokens,

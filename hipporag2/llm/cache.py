@@ -66,10 +66,11 @@ def cache_key(
     max_new_tokens: int,
     seed: int,
     json_schema: str | None = None,
+    grammar: str | None = None,
 ) -> str:
     """Hash of everything that can change a response.
 
-    `json_schema` must be passed only when constrained decoding is on: an
+    `json_schema` and `grammar` must be passed only when constrained decoding is on: an
     unconstrained request with a schema attached produces the same text as one
     without, and should share its entry.
     """
@@ -82,6 +83,8 @@ def cache_key(
         "seed": int(seed),
         "json_schema": None if json_schema is None else _canonical_schema(json_schema),
     }
+    if grammar is not None:  # absent otherwise, so keys of grammar-free requests are unchanged
+        payload["grammar"] = grammar
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

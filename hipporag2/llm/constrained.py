@@ -1,4 +1,5 @@
-"""Constrained decoding to a JSON schema for the transformers backend, with xgrammar.
+"""Constrained decoding to a JSON schema (or an EBNF grammar) for the transformers backend,
+with xgrammar.
 
 xgrammar (the grammar engine vLLM and SGLang use) compiles a JSON schema into a
 pushdown automaton over the model's vocabulary and, at every decoding step, fills a
@@ -74,9 +75,24 @@ class JsonSchemaConstraints:
                 self._compiled[key] = grammar
         return grammar
 
-    def processor(self, schemas: Sequence[Optional[str]]) -> "BatchGrammarProcessor":
-        """A fresh processor for one `generate` call; `schemas[i]` constrains row i (None: free)."""
-        return BatchGrammarProcessor([self.compile(s) if s else None for s in schemas], self.vocab_size)
+    def compile_grammar(self, ebnf: str) -> Any:
+        """An EBNF grammar (root rule `root`), for answers that are not JSON."""
+        key = "ebnf:" + ebnf
+        with self._lock:
+            grammar = self._compiled.get(key)
+            if grammar is None:
+                grammar = self._compiler.compile_grammar(ebnf)
+                self._compiled[key] = grammar
+        return grammar
+
+    def processor(self, schemas: Sequence[Optional[str]],
+                  grammars: Optional[Sequence[Optional[str]]] = None) -> "BatchGrammarProcessor":
+        """A fresh processor for one `generate` call; row i is constrained by `grammars[i]`
+        (EBNF) when given, else by `schemas[i]` (None for both: free)."""
+        ebnf = list(grammars) if grammars is not None else [None] * len(schemas)
+        return BatchGrammarProcessor(
+            [self.compile_grammar(g) if g else (self.compile(s) if s else None) for s, g in zip(schemas, ebnf)],
+            self.vocab_size)
 
 
 def _logits_processor_base() -> type:

@@ -97,6 +97,9 @@ class OpenAILLM(LLM):
         }
         if job.json_schema is not None:
             body["response_format"] = response_format(job.json_schema)
+        if job.grammar is not None:
+            # A vLLM server's extension (OpenAI's own API has no grammars).
+            body["structured_outputs"] = {"grammar": job.grammar}
         return body
 
     def _attempt(self, body: dict[str, Any]) -> ChatResponse:

@@ -339,13 +339,15 @@ class TransformersLLM(LLM):
         seed: int | None = None,
         json_schemas: Sequence[Optional[str]] | None = None,
         prefix_ids: Sequence[int] | None = None,
+        grammars: Sequence[Optional[str]] | None = None,
     ) -> list[Generation]:
         """Generate for a batch of conversations in one padded forward pass.
 
         Rows may ask for different lengths: the batch runs to the longest and
         each row is cut at its own limit, which is exact for greedy decoding.
-        `json_schemas[i]` (JSON schema text or None) constrains row i; rows are
-        constrained independently, so one batch may mix schemas.
+        `json_schemas[i]` (JSON schema text or None) constrains row i, or
+        `grammars[i]` (EBNF) where given; rows are constrained independently, so one
+        batch may mix schemas, grammars and free text.
 
         With `llm.share_prompt_prefix`, the token prefix common to all rows
         (`prefix_ids` when given, else computed from the batch) is run through
@@ -395,14 +397,16 @@ class TransformersLLM(LLM):
             torch.manual_seed(seed)
         else:
             gen_kwargs.update(do_sample=False)
-        if json_schemas is not None and any(json_schemas):
-            if len(json_schemas) != len(conversations):
-                raise ValueError(f"{len(json_schemas)} schemas for {len(conversations)} conversations")
+        schemas = list(json_schemas) if json_schemas is not None else [None] * len(conversations)
+        ebnf = list(grammars) if grammars is not None else [None] * len(conversations)
+        if any(schemas) or any(ebnf):
+            if len(schemas) != len(conversations) or len(ebnf) != len(conversations):
+                raise ValueError(f"{len(schemas)} schemas / {len(ebnf)} grammars for {len(conversations)} conversations")
             constraints = self.constraints()
             if constraints is not None:
                 from transformers import LogitsProcessorList
 
-                gen_kwargs["logits_processor"] = LogitsProcessorList([constraints.processor(json_schemas)])
+                gen_kwargs["logits_processor"] = LogitsProcessorList([constraints.processor(schemas, ebnf)])
         with torch.inference_mode():
             out = self.model.generate(**enc, **gen_kwargs)
         prompt_len = enc["input_ids"].shape[1]
@@ -491,6 +495,7 @@ class TransformersLLM(LLM):
                 [j.max_new_tokens for j in batch],
                 json_schemas=[j.json_schema for j in batch],
                 prefix_ids=prefix,
+                grammars=[j.grammar for j in batch],
             )
         except Exception as exc:  # noqa: BLE001 - one bad batch must not end the run
             if len(batch) > 1:

@@ -122,7 +122,7 @@ def engine_kwargs(cfg: LLMConfig) -> dict[str, Any]:
     return kwargs
 
 
-def structured_output_kwargs(json_schema: str) -> dict[str, Any]:
+def structured_output_kwargs(json_schema: str | None, grammar: str | None = None) -> dict[str, Any]:
     """SamplingParams keyword for JSON-schema decoding, across vLLM versions.
 
     vLLM >= 0.10.2 takes `structured_outputs=StructuredOutputsParams(json=...)`
@@ -134,14 +134,15 @@ def structured_output_kwargs(json_schema: str) -> dict[str, Any]:
     """
     import dataclasses
 
-    schema = json.loads(json_schema)
     try:
         from vllm.sampling_params import StructuredOutputsParams as Params
         field = "structured_outputs"
     except ImportError:
         from vllm.sampling_params import GuidedDecodingParams as Params
         field = "guided_decoding"
-    kwargs: dict[str, Any] = {"json": schema}
+    if grammar is not None:
+        return {field: Params(grammar=grammar)}
+    kwargs: dict[str, Any] = {"json": json.loads(json_schema)}
     names = {f.name for f in dataclasses.fields(Params)} if dataclasses.is_dataclass(Params) else set()
     if "disable_any_whitespace" in names:
         kwargs["disable_any_whitespace"] = True
@@ -280,8 +281,8 @@ class VLLMBackend(LLM):
         }
         if self.cfg.temperature > 0:
             kwargs["seed"] = self.cfg.seed
-        if job.json_schema is not None:
-            kwargs.update(structured_output_kwargs(job.json_schema))
+        if job.json_schema is not None or job.grammar is not None:
+            kwargs.update(structured_output_kwargs(job.json_schema, job.grammar))
         return self._vllm.SamplingParams(**kwargs)
 
     def _complete(self, jobs: list[Job], emit: Emit, progress: bool) -> None:

@@ -16,15 +16,16 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from hipporag2.registry import REPORT_TABLES
 from hipporag2.report.reference import FAIL, OK, OKISH, Reference, check_run, default_references, load_reference, worst
 from hipporag2.report.runs import Run, load_runs, mixed_data, mixed_semantics
-from hipporag2.report.tables import KINDS, Context, auto_kind, build
+from hipporag2.report.tables import Context, auto_kind, build
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hipporag2-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="run folders, parent folders or globs")
-    p.add_argument("--table", default="auto", choices=("auto",) + KINDS, help="layout (auto: from each run's +experiment)")
+    p.add_argument("--table", default="auto", choices=("auto",) + REPORT_TABLES.names(), help="layout (auto: from each run's +experiment)")
     p.add_argument("--name", help="base name of the output files (default: the experiment or layout)")
     p.add_argument("--out", type=Path, help="write NAME.md, NAME.csv and plots here")
     p.add_argument("--baseline", action="append", default=[], help="extra runs used only as dense baselines for significance")
