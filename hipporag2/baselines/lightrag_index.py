@@ -29,7 +29,7 @@ from hipporag2.baselines import lightrag_env
 from hipporag2.baselines.common import indexing_bill, table12
 from hipporag2.baselines.endpoint import GrammarRule, LoopbackEndpoint
 from hipporag2.baselines.lightrag_grammar import extraction_grammar
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.results import QueryResult
 from hipporag2.stagekeys import corpus_digest, digest
 
 log = logging.getLogger("hipporag2.lightrag")
@@ -180,7 +180,7 @@ class LightRAGRetriever:
         self.driver_peak_rss_mb = 0.0
         self.blocks = 0
 
-    def retrieve(self, queries) -> List[RetrievalResult]:
+    def retrieve(self, queries) -> List[QueryResult]:
         llm = self.lazy_llm.get()
         run_dir = Path(self.run_cfg.run_dir) / "lightrag"
         out = run_dir / f"answers_{self.blocks:04d}.jsonl"
@@ -203,8 +203,7 @@ class LightRAGRetriever:
                 p = passage_of(c.get("doc"))
                 if p is not None and p < self.n_passages and p not in ranked:
                     ranked.append(p)
-            details = {
-                "reader_context": [[ANSWER_TITLE, r["answer"]]],
+            extra = {
                 "lightrag_answer": r["answer"],
                 "lightrag_status": r["status"],
                 "lightrag_chunks": [c["chunk_id"] for c in r["chunks"]],
@@ -213,7 +212,8 @@ class LightRAGRetriever:
                 "lightrag_keywords": r.get("keywords", {}),
             }
             # The order in which LightRAG's context lists the chunks, as scores.
-            results.append(RetrievalResult(q.id, ranked, [1.0 / (k + 1) for k in range(len(ranked))], details))
+            results.append(QueryResult(q.id, ranked, [1.0 / (k + 1) for k in range(len(ranked))], extra=extra,
+                                       reader_context=[(ANSWER_TITLE, r["answer"])]))
         return results
 
     def run_report(self, queries, results, corpus, recall_k, timings) -> Dict[str, Any]:
@@ -232,9 +232,9 @@ class LightRAGRetriever:
                 "index": {k: ix.get(k) for k in ("entities", "relations", "chunks", "docs", "cached", "llm_calls",
                                                  "resumed_docs", "processed_before", "folder")},
                 "index_llm_calls_sent": ix.get("llm_calls_sent", 0) if not ix.get("cached") else 0,
-                "answered": sum(1 for r in results if r.details.get("lightrag_answer")),
-                "no_context": sum(1 for r in results if r.details.get("lightrag_status") != "success"),
-                "mean_chunks": round(sum(len(r.details.get("lightrag_chunks", [])) for r in results) / n, 2),
+                "answered": sum(1 for r in results if r.extra.get("lightrag_answer")),
+                "no_context": sum(1 for r in results if r.extra.get("lightrag_status") != "success"),
+                "mean_chunks": round(sum(len(r.extra.get("lightrag_chunks", [])) for r in results) / n, 2),
             },
             "table12": t12,
         }
