@@ -32,7 +32,7 @@ from filelock import FileLock
 
 from hipporag2 import atomicio
 from hipporag2.errors import ConfigError
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.results import QueryResult
 from hipporag2.stagekeys import corpus_digest, digest
 
 log = logging.getLogger("hipporag2.graphrag")
@@ -350,7 +350,7 @@ class GraphRAGRetriever:
         self.query_peak_rss_mb = 0.0
         self.query_driver_s = 0.0
 
-    def retrieve(self, queries) -> List[RetrievalResult]:
+    def retrieve(self, queries) -> List[QueryResult]:
         g = self.gcfg
         llm = self.lazy_llm.get()
         with tempfile.TemporaryDirectory(prefix="graphrag-queries-") as tmp:
@@ -368,21 +368,21 @@ class GraphRAGRetriever:
             if row is None:
                 raise RuntimeError(f"GraphRAG answered no row for question {q.id!r}")
             ranked = ranking_of(row["sources"], self.cfg.retrieval_top_k)
-            details = {
+            extra = {
                 "graphrag_response": row["response"],
                 "graphrag_sources": row["sources"],
                 "graphrag_context_records": row["context_records"],
                 "graphrag_seconds": row["seconds"],
-                # G.2: the reader restates GraphRAG's raw answer
-                "reader_context": [[READER_TITLE, row["response"]]],
             }
-            results.append(RetrievalResult(q.id, ranked, [1.0 / (r + 1) for r in range(len(ranked))], details))
+            # G.2: the reader restates GraphRAG's raw answer
+            results.append(QueryResult(q.id, ranked, [1.0 / (r + 1) for r in range(len(ranked))], extra=extra,
+                                       reader_context=[(READER_TITLE, row["response"])]))
         return results
 
     def run_report(self, queries, results, corpus, recall_k, timings) -> Dict[str, Any]:
         """metrics.json's GraphRAG part: version, settings, what was indexed, and the
         Table 12 counters (peak memory: the query subprocess's)."""
-        from hipporag2.baselines.raptor_index import table12
+        from hipporag2.baselines.common import table12
 
         ix = self.index
         n = max(len(queries), 1)
@@ -397,7 +397,7 @@ class GraphRAGRetriever:
                 "query": {k: getattr(self.gcfg, k) for k in QUERY_ONLY if k not in ("env", "timeout_s", "concurrent_requests")},
                 "index": ix["counts"], "cached": ix.get("cached", False), "llm_calls": ix.get("llm_calls"),
                 "llm_calls_sent": 0 if ix.get("cached") else ix.get("llm_calls_sent", 0),
-                "answered": sum(1 for r in results if r.details.get("graphrag_response")),
+                "answered": sum(1 for r in results if r.extra.get("graphrag_response")),
                 "with_sources": sum(1 for r in results if r.ranked),
             },
             "table12": t12,
