@@ -116,6 +116,10 @@ def check_graphrag(cfg: GraphRAGConfig) -> List[str]:
         problems.append(f"graphrag.max_new_tokens={cfg.max_new_tokens} must be >= 1 or null")
     if not cfg.entity_types:
         problems.append("graphrag.entity_types must not be empty")
+    return problems
+
+
+@dataclass
 class LightRAGConfig:
     """LightRAG (`retrieval=lightrag`): the `lightrag-hku` package at `version`, in its
     own environment `env` (`make setup-lightrag`). Defaults are the paper's Table 14
