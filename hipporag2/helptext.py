@@ -97,7 +97,7 @@ KEY_HELP: Dict[str, str] = {
     "graph.relation_edges": "ablation: false drops relation edges (facts still link; context and synonym edges stay)",
     "graph.cooccurrence_edges": "openie=spacy: phrases named in one sentence are joined by an edge (false)",
     "retrieval.name": "retriever preset name (the retrieval group option)",
-    "retrieval.method": "hipporag2 | dense | bm25 | hipporag1 | none",
+    "retrieval.method": "hipporag2 | dense | bm25 | hipporag1 | raptor | lightrag | graphrag | none",
     "retrieval.linking": "query_to_triple (HippoRAG 2) | ner_to_node | query_to_node",
     "retrieval.filter": "recognition memory: llm filters the candidate facts, none keeps them all",
     "retrieval.filter_program": "the LLM filter's DSPy program: reference (the authors' tuned one) | own | a JSON file",
