@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm setup-encoders demo test test-fast clean-cache
+.PHONY: setup setup-vllm setup-encoders setup-graphrag setup-lightrag demo test test-fast clean-cache
 
 setup: $(STAMP)
 
@@ -79,6 +79,48 @@ $(ENCODERS_STAMP): Makefile
 	$(ENCODERS_PIP) install -q --no-deps gritlm==1.0.2
 	$(ENCODERS_VENV)/bin/python hipporag2/embed/model_worker.py --versions
 	touch $(ENCODERS_STAMP)
+
+# GraphRAG (retrieval=graphrag, hipporag2/baselines/graphrag_index.py) in an environment
+# of its own: graphrag pins litellm, pandas and pydantic exactly and patches asyncio on
+# import, so hipporag2 never imports it; it runs hipporag2/baselines/graphrag_driver.py
+# (a plain script) as a subprocess. Nothing of ours is installed there. The version is
+# the one graphrag.version names (the settings are written for it); the driver's `info`
+# prints the versions and checks that the tiktoken encodings bundled in litellm's wheel
+# are there (nothing is downloaded at run time).
+GRAPHRAG_VENV ?= .venv-graphrag
+GRAPHRAG_PIP := $(GRAPHRAG_VENV)/bin/python -m pip
+GRAPHRAG_STAMP := $(GRAPHRAG_VENV)/.installed
+GRAPHRAG_VERSION ?= 3.3.0
+
+setup-graphrag: $(GRAPHRAG_STAMP)
+
+$(GRAPHRAG_STAMP): Makefile
+	$(PYTHON) -m venv $(GRAPHRAG_VENV)
+	$(GRAPHRAG_PIP) install -q --upgrade pip
+	$(GRAPHRAG_PIP) install -q graphrag==$(GRAPHRAG_VERSION)
+	HF_HUB_OFFLINE=1 $(GRAPHRAG_VENV)/bin/python hipporag2/baselines/graphrag_driver.py info
+	touch $(GRAPHRAG_STAMP)
+
+# LightRAG (retrieval=lightrag, hipporag2/baselines/lightrag_*.py) in an environment of
+# its own: lightrag-hku pulls pandas 3 and protobuf 7, which would replace the main
+# .venv's. Nothing of ours is installed there: the pipeline runs
+# hipporag2/baselines/lightrag_driver.py (stdlib + lightrag only) with its python, and
+# LightRAG reaches the run's LLM and encoder through the loopback endpoint
+# (hipporag2/baselines/endpoint.py). The version is pinned: its defaults moved since the
+# paper's runs, and the settings of Table 14 are set against this one (docs/quirks.md).
+LIGHTRAG_VENV ?= .venv-lightrag
+LIGHTRAG_PIP := $(LIGHTRAG_VENV)/bin/python -m pip
+LIGHTRAG_STAMP := $(LIGHTRAG_VENV)/.installed
+LIGHTRAG_VERSION ?= 1.5.7
+
+setup-lightrag: $(LIGHTRAG_STAMP)
+
+$(LIGHTRAG_STAMP): Makefile
+	$(PYTHON) -m venv $(LIGHTRAG_VENV)
+	$(LIGHTRAG_PIP) install -q --upgrade pip
+	$(LIGHTRAG_PIP) install -q lightrag-hku==$(LIGHTRAG_VERSION)
+	$(LIGHTRAG_VENV)/bin/python hipporag2/baselines/lightrag_driver.py --versions
+	touch $(LIGHTRAG_STAMP)
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py

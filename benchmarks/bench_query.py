@@ -154,7 +154,7 @@ def run_block(retriever, block, out_file, lines):
     c0 = time.perf_counter()
     dense = dense_scores(retriever.store, retriever.index.passage_emb, [q.question for q in block], False)
     c1 = time.perf_counter()
-    links = retriever._link([q.question for q in block])
+    links = retriever._linking(retriever, [q.question for q in block])
     c2 = time.perf_counter()
     ranked = retriever._graph_results(block, dense, links)
     results = [ranked.get(r) or query_result(q.id, links[r], retriever.index, None, dense[r], retriever.cfg.retrieval_top_k)

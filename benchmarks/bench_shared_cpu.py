@@ -42,7 +42,8 @@ PARTS = (
     ("hipporag2.pipeline", "load_index", None),
     ("hipporag2.retrieve.graph_retriever", "__init__", "GraphRetriever"),
     ("hipporag2.retrieve.graph_retriever", "dense_scores", None),
-    ("hipporag2.retrieve.graph_retriever", "_link_facts", "GraphRetriever"),
+    ("hipporag2.retrieve.graph_retriever", "_link_facts", "GraphRetriever"),  # older trees
+    ("hipporag2.retrieve.graph_retriever", "link_facts", "GraphRetriever"),
     ("hipporag2.retrieve.graph_retriever", "min_max_top_k_product", None),
     ("hipporag2.retrieve.graph_retriever", "_graph_results", "GraphRetriever"),
     ("hipporag2.retrieve.graph_retriever", "query_result", None),

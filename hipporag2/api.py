@@ -49,7 +49,7 @@ import numpy as np
 from hipporag2 import atomicio
 from hipporag2.config import Config, ConfigError, validate
 from hipporag2.data.loaders import Corpus, Query, passage_of_string
-from hipporag2.results import QAReport, QueryResult, from_details
+from hipporag2.results import QAReport, QueryResult
 from hipporag2.stagetime import StageClock, StageTime
 
 log = logging.getLogger("hipporag2")
@@ -415,7 +415,8 @@ class HippoRAG:
         block = self.cfg.retrieval.query_batch_size
         for start in range(0, len(qs), block):
             for q, r in zip(qs[start : start + block], retriever.retrieve(qs[start : start + block])):
-                out.append(from_details(q.question, q.id, r.ranked, r.scores, r.details, passages))
+                r.question, r.docs = q.question, [passages[i] for i in r.ranked]
+                out.append(r)
         if self.needs_graph:
             self._check_fallbacks(out)
         return out
@@ -436,7 +437,8 @@ class HippoRAG:
 
     def rag_qa(self, queries: Sequence[Union[str, QueryResult]], gold_answers: Optional[Sequence[Sequence[str]]] = None,
                gold_docs: Optional[Sequence[Sequence[str]]] = None) -> QAReport:
-        """Answer each query from its top `qa.qa_top_k` passages with the configured
+        """Answer each query from its top `qa.qa_top_k` passages (or the context its
+        retriever gives the reader, e.g. RAPTOR's tree nodes) with the configured
         LLM (retrieving first when given questions). With gold answers: EM / F1;
         with gold passages: recall@k (`recall_k`)."""
         from hipporag2.evaluate.metrics import exact_match, mean_recall, token_f1
@@ -452,7 +454,9 @@ class HippoRAG:
             if gold is not None and len(gold) != len(results):
                 raise ConfigError(f"{name} has {len(gold)} entries for {len(results)} queries")
         top_k = self.cfg.qa.qa_top_k
-        contexts = [list(r.docs[:top_k]) for r in results]  # passage strings, as the reference's reader takes them
+        # what the retriever says the reader reads: passage strings (as the reference's
+        # reader takes them), or its own context (RAPTOR's tree nodes), as in a CLI run
+        contexts = [r.reader_input(top_k) for r in results]
         answers = answer_questions(self.cfg, self._llm.get(), [r.question for r in results], contexts)
         report = QAReport(results=results)
         ems, f1s = [], []

@@ -13,10 +13,11 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from hipporag2.baselines.config import RaptorConfig, check_raptor
+from hipporag2.baselines.config import (GraphRAGConfig, LightRAGConfig, RaptorConfig, check_graphrag, check_lightrag,
+                                       check_raptor)
 from hipporag2.errors import ConfigError
 from hipporag2.llm.config import LLMConfig
-from hipporag2.registry import check_config
+from hipporag2.registry import GRAPH_METHODS, check_config
 
 
 @dataclass
@@ -224,6 +225,8 @@ class Config:
     qa: QAConfig = field(default_factory=QAConfig)
     # baselines (hipporag2/baselines): read only when retrieval.method names one
     raptor: RaptorConfig = field(default_factory=RaptorConfig)
+    graphrag: GraphRAGConfig = field(default_factory=GraphRAGConfig)
+    lightrag: LightRAGConfig = field(default_factory=LightRAGConfig)
     data_dir: str = "data"
     run_dir: str = MISSING
     # Content-addressed artefacts shared by runs (OpenIE, embeddings, graphs, LLM cache).
@@ -249,6 +252,8 @@ def validate(cfg: Config) -> Config:
     # Choice fields (method, solver, backends, ...): the registries are the one list.
     problems = check_config(cfg)
     problems += check_raptor(cfg.raptor) if hasattr(cfg, "raptor") else []
+    problems += check_graphrag(cfg.graphrag) if hasattr(cfg, "graphrag") else []
+    problems += check_lightrag(cfg.lightrag) if hasattr(cfg, "lightrag") else []
     r = cfg.retrieval
     if not 0.0 <= r.damping < 1.0:
         problems.append(f"retrieval.damping={r.damping} must be in [0, 1)")
@@ -261,6 +266,9 @@ def validate(cfg: Config) -> Config:
     if r.rrf_k < 0 or len(r.rrf_weights) != 3 or any(w < 0 for w in r.rrf_weights):
         problems.append(f"retrieval.rrf_k={r.rrf_k} must be >= 0 and retrieval.rrf_weights={list(r.rrf_weights)} "
                         "three weights >= 0 (ppr, dense, bm25)")
+    if r.fusion != "none" and r.method not in GRAPH_METHODS:
+        problems.append(f"retrieval.fusion={r.fusion} fuses a graph method's ranking with dense and BM25; "
+                        f"retrieval.method={r.method} has none (set retrieval.fusion=none)")
     if cfg.openie.name == "spacy" and r.method in ("hipporag2", "hipporag1") and r.linking == "query_to_triple":
         problems.append("openie=spacy makes no facts, so retrieval.linking=query_to_triple has nothing to link; "
                         "use retrieval=hipporag2_query_to_node or retrieval=hipporag2_ner_to_node")

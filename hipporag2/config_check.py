@@ -167,8 +167,14 @@ def llm_uses(cfg: Config) -> List[str]:
         uses.append("retrieval.filter=llm")
     if graph and r.linking == "ner_to_node" and not spacy:
         uses.append("query NER (retrieval.linking=ner_to_node)")
+    if r.method == "graphrag":
+        uses.append("GraphRAG indexing and search (retrieval=graphrag)")
     if cfg.qa.enabled:
         uses.append("QA (qa.enabled)")
+    from hipporag2.registry import RETRIEVERS
+
+    if r.method in RETRIEVERS and "llm" in RETRIEVERS.get(r.method).needs:
+        uses.append(f"retrieval.method={r.method}")
     return uses
 
 
@@ -198,6 +204,23 @@ def check_encoder_available(cfg: Config) -> None:
     from hipporag2.embed.worker import encoder_environment
 
     encoder_environment(e)
+
+
+def check_baseline_available(cfg: Config) -> None:
+    """A baseline that runs in an environment of its own finds it, before any work."""
+    if cfg.retrieval.method == "graphrag":
+        from hipporag2.baselines.graphrag_index import env_python
+
+        env_python(cfg.graphrag)
+
+
+def check_method_environment(cfg: Config) -> None:
+    """A retrieval method that runs in an environment of its own (LightRAG) can run
+    there, before any work."""
+    if cfg.retrieval.method == "lightrag":
+        from hipporag2.baselines.lightrag_env import check_environment
+
+        check_environment(cfg.lightrag)
 
 
 # ---- the command line ------------------------------------------------------------
@@ -281,6 +304,11 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, keep_jobs:
             if environment and repr(cfg.embedding) not in checked_encoders:  # once per distinct encoder
                 checked_encoders.add(repr(cfg.embedding))
                 check_encoder_available(cfg)
+            if environment:
+                check_baseline_available(cfg)
+            if environment and ("method", cfg.retrieval.method, repr(cfg.lightrag)) not in checked_encoders:
+                checked_encoders.add(("method", cfg.retrieval.method, repr(cfg.lightrag)))
+                check_method_environment(cfg)
             if keep_jobs is not None:
                 keep_jobs.append((list(job), dcfg))
             inputs = (cfg.openie.import_path, cfg.retrieval.filter, cfg.retrieval.filter_program, cfg.retrieval.method,

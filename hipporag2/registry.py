@@ -229,6 +229,12 @@ RETRIEVERS.register("none", "hipporag2.retrieve.factory:no_retriever",
 RETRIEVERS.register("raptor", "hipporag2.baselines.raptor_index:raptor_retriever",
                     "RAPTOR baseline: tree of LLM cluster summaries (UMAP + GMM), collapsed-tree retrieval (raptor.*)",
                     needs=("encoder", "llm"))
+RETRIEVERS.register("graphrag", "hipporag2.baselines.graphrag_index:graphrag_retriever",
+                    "GraphRAG baseline: the graphrag package (.venv-graphrag) as a subprocess, local search; "
+                    "the reader restates its answer (graphrag.*)", needs=("encoder", "llm"))
+RETRIEVERS.register("lightrag", "hipporag2.baselines.lightrag_index:lightrag_retriever",
+                    "LightRAG baseline (lightrag-hku in .venv-lightrag, make setup-lightrag): its local-mode answer, "
+                    "restated by the reader (lightrag.*)", needs=("encoder", "llm"))
 
 # Retrievers that need OpenIE and the graph, and those that need an encoder.
 GRAPH_METHODS = RETRIEVERS.names_needing("graph")
@@ -239,10 +245,14 @@ PPR_SOLVERS = family("ppr_solvers", "retrieval.ppr_solver", "Personalized PageRa
 PPR_SOLVERS.register("prpack", "hipporag2.retrieve.ppr.prpack:PrpackSolver", "igraph prpack, one call per query (the reference's)")
 PPR_SOLVERS.register("batched", "hipporag2.retrieve.ppr.batched:BatchedSolver", "many queries per solve on compiled sparse loops (same scores within retrieval.ppr_tol, 1e-11)")
 
-LINKING = family("linking", "retrieval.linking", "How a query is linked to phrase nodes (SPEC §3-4).")
-LINKING.register("query_to_triple", None, "query embedding against fact embeddings (HippoRAG 2)")
-LINKING.register("ner_to_node", None, "LLM NER on the query, each entity to its nearest phrase (needs an LLM)")
-LINKING.register("query_to_node", None, "query embedding against phrase embeddings")
+LINKING = family("linking", "retrieval.linking", "How a query is linked to phrase nodes (SPEC §3-4).",
+                 interface=Interface(params=("self", "questions")))  # GraphRetriever methods
+LINKING.register("query_to_triple", "hipporag2.retrieve.graph_retriever:GraphRetriever.link_facts",
+                 "query embedding against fact embeddings (HippoRAG 2)")
+LINKING.register("ner_to_node", "hipporag2.retrieve.graph_retriever:GraphRetriever.link_ner",
+                 "LLM NER on the query, each entity to its nearest phrase (needs an LLM)")
+LINKING.register("query_to_node", "hipporag2.retrieve.graph_retriever:GraphRetriever.link_nodes",
+                 "query embedding against phrase embeddings")
 
 FILTERS = family("filters", "retrieval.filter", "Recognition memory over the candidate facts.",
                  interface=Interface(params=("cfg", "llm")))  # builders: (Config, LazyLLM) -> a FactFilter
@@ -289,9 +299,10 @@ OPENIE_METHODS.register("spacy", "hipporag2.openie.spacy_extract:spacy_corpus",
                         "no LLM: a spaCy pipeline's named entities (and noun chunks) by sentence; no facts, so link "
                         "query_to_node or ner_to_node (issue 27)")
 
-FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.")
-FUSIONS.register("none", None, "the PPR ranking (the paper)")
-FUSIONS.register("rrf", "hipporag2.retrieve.fusion:reciprocal_rank_fusion",
+FUSIONS = family("fusions", "retrieval.fusion", "The final ranking of a graph retriever.",
+                 interface=Interface(params=("graph", "parts")))  # (GraphRetriever, RetrieverParts) -> a retriever
+FUSIONS.register("none", "hipporag2.retrieve.fused_retriever:no_fusion", "the PPR ranking (the paper)")
+FUSIONS.register("rrf", "hipporag2.retrieve.fused_retriever:rrf_fusion",
                  "PPR, dense and BM25 rankings fused by reciprocal rank (retrieval.rrf_k, retrieval.rrf_weights); "
                  "a query without graph seeds is ranked by dense and BM25 alone")
 

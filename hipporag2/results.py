@@ -1,36 +1,155 @@
-"""Typed results of the library: what `HippoRAG.retrieve` and `HippoRAG.rag_qa` return.
+"""Typed results: one query's retrieval from the retriever to the report
+(`QueryResult`), the library's QA report, and a run's metrics (`RunReport`).
 
-Fields are read by name, not by string keys of a dict; `details` keeps the rest of a
-retriever's per-query output (linking scores, NER entities) for inspection.
+Fields are read by name, not by string keys of a dict.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Triple = Tuple[str, str, str]
 
 
 @dataclass
-class QueryResult:
-    """One query's retrieval, best passage first."""
+class ContextNode:
+    """A RAPTOR tree node the reader was given: its index in the tree, its level (0: a
+    leaf chunk of a passage) and its similarity to the query."""
 
-    question: str
-    docs: List[str]  # passage strings ("title\ntext"), best first
-    doc_scores: List[float]
-    query_id: str = ""
-    # Positions of `docs` in the index (index order = insertion order of the passages).
-    passage_indices: List[int] = field(default_factory=list)
-    # Graph retrievers only (None for dense / BM25):
+    node: int
+    level: int
+    score: float
+
+
+@dataclass
+class Fusion:
+    """How a fused ranking was made: the method and the channels that voted."""
+
+    method: str
+    channels: List[str]
+
+
+def _pairs(value) -> List[Tuple[Any, float]]:
+    return [(tuple(a) if isinstance(a, list) else a, float(b)) for a, b in value]
+
+
+# Per-method fields, in the order a retrieval.jsonl line has them after "id", "question"
+# and "ranked" (absent when None), with how a JSON value becomes the field's type.
+_LINE_FIELDS: Dict[str, Callable[[Any], Any]] = {
+    "query_entities": list,
+    "linked_phrases": list,
+    "candidate_facts": _pairs,
+    "kept_facts": _pairs,
+    "phrase_weights": _pairs,
+    "seed_phrases": _pairs,
+    "fallback": bool,
+    "fallback_ranking": str,
+    "fusion": lambda v: v if isinstance(v, Fusion) else Fusion(**v),
+    "raptor_context_nodes": lambda v: [n if isinstance(n, ContextNode) else ContextNode(**n) for n in v],
+    "reader_context": lambda v: [tuple(c) for c in v],
+    "raptor_ranked": dict,
+}
+LINE_KEYS = ("id", "question", "ranked")
+
+
+@dataclass
+class QueryResult:
+    """One query's retrieval, best passage first: what every retriever returns, what a
+    line of retrieval.jsonl holds (`to_json` / `from_json`, the only reader of those
+    lines), and what the library hands back (with `docs`, and the answer after rag_qa).
+
+    `extra` holds what a method reports besides the fields declared here (written after
+    them); a key of `extra` that names a declared field is read into that field."""
+
+    query_id: str
+    # Positions in the index (= the corpus's unique passages in order), best first; None
+    # for a line read back without its corpus (then `passage_ids` names the passages).
+    ranked: Optional[List[int]]
+    scores: List[float]
+    extra: Dict[str, Any] = field(default_factory=dict)
+    question: str = ""
+    # The dataset's corpus_idx and titles of the ranked passages (read from a run file)
+    passage_ids: Optional[List[int]] = None
+    titles: Optional[List[str]] = None
+    # Graph retrievers (None for the others): the linking, facts as ((s, p, o), score)
+    query_entities: Optional[List[str]] = None
+    linked_phrases: Optional[List[str]] = None
     candidate_facts: Optional[List[Tuple[Triple, float]]] = None
     kept_facts: Optional[List[Tuple[Triple, float]]] = None
+    phrase_weights: Optional[List[Tuple[str, float]]] = None  # before the linking_top_k cut
     seed_phrases: Optional[List[Tuple[str, float]]] = None
-    fallback: Optional[bool] = None  # True: no fact survived, the dense ranking was returned
-    details: Dict[str, Any] = field(default_factory=dict)
-    # Set by rag_qa:
+    fallback: Optional[bool] = None  # True: no seed, the dense (or uniform) ranking was returned
+    fallback_ranking: Optional[str] = None
+    fusion: Optional[Fusion] = None  # retrieval.fusion=rrf
+    # RAPTOR: the tree nodes the reader reads, as nodes and as (title, text), and the
+    # passage ranking under each summary rule (positions, like `ranked`)
+    raptor_context_nodes: Optional[List[ContextNode]] = None
+    reader_context: Optional[List[Tuple[str, str]]] = None
+    raptor_ranked: Optional[Dict[str, List[int]]] = None
+    # The library: passage strings of `ranked`; set by rag_qa: the answer and the gold
+    docs: Optional[List[str]] = None
     answer: Optional[str] = None
     gold_answers: Optional[List[str]] = None
     gold_docs: Optional[List[str]] = None
+
+    def __post_init__(self) -> None:
+        if self.extra:
+            clash = [k for k in LINE_KEYS if k in self.extra]
+            if clash:
+                raise ValueError(f"query {self.query_id}: a retriever's extra field may not be named {clash[0]!r}")
+            declared = [k for k in self.extra if k in _LINE_FIELDS]
+            if declared:
+                self.extra = dict(self.extra)
+                for k in declared:
+                    setattr(self, k, _LINE_FIELDS[k](self.extra.pop(k)))
+
+    @property
+    def doc_scores(self) -> List[float]:
+        return self.scores
+
+    @property
+    def passage_indices(self) -> List[int]:
+        return self.ranked
+
+    def reader_input(self, top_k: int, passages: Optional[Sequence[str]] = None) -> List[Any]:
+        """What the reader reads: the retriever's own context when it gives one (RAPTOR's
+        tree nodes, as (title, text)), else the top_k passages (`passages[i]` of the
+        ranked positions, or `docs`)."""
+        if self.reader_context is not None:
+            return [tuple(c) for c in self.reader_context]
+        docs = self.docs if passages is None else [passages[i] for i in self.ranked[:top_k]]
+        return list(docs[:top_k])
+
+    def to_json(self, question: str, passages: Sequence[Any]) -> Dict[str, Any]:
+        """The retrieval.jsonl row (`passages`: the corpus's Passage objects, by position)."""
+        row: Dict[str, Any] = {
+            "id": self.query_id,
+            "question": question,
+            "ranked": [{"title": passages[i].title, "corpus_idx": passages[i].corpus_idx, "score": s}
+                       for i, s in zip(self.ranked, self.scores)],
+        }
+        for k in _LINE_FIELDS:
+            v = getattr(self, k)
+            if v is not None:
+                row[k] = asdict(v) if is_dataclass(v) else [asdict(n) for n in v] if k == "raptor_context_nodes" else v
+        row.update(self.extra)
+        return row
+
+    @classmethod
+    def from_json(cls, row: Dict[str, Any], position: Optional[Dict[int, int]] = None) -> "QueryResult":
+        """A retrieval.jsonl row read back; `position` (corpus_idx -> index position) gives
+        `ranked` (a corpus_idx it lacks raises KeyError)."""
+        hits = row["ranked"]
+        ids = [int(h["corpus_idx"]) for h in hits]
+        return cls(
+            str(row["id"]),
+            [position[i] for i in ids] if position is not None else None,
+            [float(h["score"]) for h in hits],
+            {k: v for k, v in row.items() if k not in LINE_KEYS},
+            question=str(row.get("question", "")),
+            passage_ids=ids,
+            titles=[str(h.get("title", "")) for h in hits],
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -51,32 +170,6 @@ class QAReport:
     @property
     def answers(self) -> List[Optional[str]]:
         return [r.answer for r in self.results]
-
-
-def from_details(question: str, query_id: str, ranked: List[int], scores: List[float], details: Dict[str, Any],
-                 passages: List[str]) -> QueryResult:
-    """A QueryResult from a retriever's (ranked indices, scores, details)."""
-    rest = dict(details)
-
-    def facts(key):
-        value = rest.pop(key, None)
-        return None if value is None else [(tuple(f), float(s)) for f, s in value]
-
-    cand, kept = facts("candidate_facts"), facts("kept_facts")
-    seeds = rest.pop("seed_phrases", None)
-    fallback = rest.pop("fallback", None)
-    return QueryResult(
-        question=question,
-        docs=[passages[i] for i in ranked],
-        doc_scores=list(scores),
-        query_id=query_id,
-        passage_indices=list(ranked),
-        candidate_facts=cand,
-        kept_facts=kept,
-        seed_phrases=None if seeds is None else [(p, float(w)) for p, w in seeds],
-        fallback=fallback,
-        details=rest,
-    )
 
 
 @dataclass

@@ -25,8 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hipporag2 import atomicio
 from hipporag2.atomicio import crash_hit, crash_now, crash_point
-from hipporag2.result_lines import LINE_KEYS, RetrievalLines
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.result_lines import RetrievalLines
+from hipporag2.results import QueryResult
 from hipporag2.stagekeys import digest
 
 RETRIEVAL_FILE = "retrieval.jsonl"
@@ -63,7 +63,7 @@ class RetrievalFile:
         self.lines = RetrievalLines(corpus)
         self._f = None
 
-    def resume(self) -> List[RetrievalResult]:
+    def resume(self) -> List[QueryResult]:
         """The results of the blocks a previous process finished (a torn or foreign tail
         is cut off); with another key, or none, the file starts over."""
         saved = None
@@ -94,33 +94,29 @@ class RetrievalFile:
                                         self.path, len(results), len(self.queries))
         return results
 
-    def _read_back(self) -> Tuple[List[RetrievalResult], int]:
-        position = {p.corpus_idx: i for i, p in enumerate(self.corpus.passages)}
+    def _read_back(self) -> Tuple[List[QueryResult], int]:
         with open(self.path, "rb") as f:
             lines = f.read().split(b"\n")
-        results: List[RetrievalResult] = []
+        results: List[QueryResult] = []
         ends = [0]  # byte offset after each accepted line
         for line in lines[:-1]:  # what follows the last newline is torn
             n = len(results)
             if n >= len(self.queries):
                 break
             try:
-                row = json.loads(line)
-                if row.get("id") != self.queries[n].id:
-                    break
-                ranked = [position[e["corpus_idx"]] for e in row["ranked"]]
-                scores = [float(e["score"]) for e in row["ranked"]]
+                result = self.lines.read(line)
             except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
                 break
-            details = {k: v for k, v in row.items() if k not in LINE_KEYS}
-            results.append(RetrievalResult(row["id"], ranked, scores, details))
+            if result.query_id != self.queries[n].id:
+                break
+            results.append(result)
             ends.append(ends[-1] + len(line) + 1)
         done = len(results)
         if done < len(self.queries):
             done -= done % self.block_size  # a block is whole or not there
         return results[:done], ends[done]
 
-    def append(self, start: int, results: Sequence[RetrievalResult]) -> None:
+    def append(self, start: int, results: Sequence[QueryResult]) -> None:
         """Persist one finished block (its lines in one write, flushed and fsynced)."""
         if self._f is None:
             self._f = open(self.path, "ab")
@@ -148,7 +144,7 @@ class RetrievalFile:
         atomicio.fsync_dir(self.key_path.parent)
 
 
-def retrieve_into(retriever, queries: Sequence, out: RetrievalFile, stage) -> Tuple[List[RetrievalResult], int]:
+def retrieve_into(retriever, queries: Sequence, out: RetrievalFile, stage) -> Tuple[List[QueryResult], int]:
     """Results for all queries, and how many of them a previous process had finished;
     each block is appended to `out` as it is done. `stage`: a context manager factory
     (Timings.stage) timing the work as "retrieval"."""
@@ -166,7 +162,7 @@ def retrieve_into(retriever, queries: Sequence, out: RetrievalFile, stage) -> Tu
     return results, done
 
 
-def write_results(run_dir: Path, queries: Sequence, results: Sequence[RetrievalResult], corpus) -> None:
+def write_results(run_dir: Path, queries: Sequence, results: Sequence[QueryResult], corpus) -> None:
     """retrieval.jsonl of results computed elsewhere (the sweep's grid points), atomically."""
     atomicio.write_lines(Path(run_dir) / RETRIEVAL_FILE, RetrievalLines(corpus).lines(queries, results))
 

@@ -42,7 +42,7 @@ from hipporag2.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
 from hipporag2.redact import redact, redact_obj
 from hipporag2.results import RunReport
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.results import QueryResult
 from hipporag2.stagekeys import corpus_digest, digest, file_digest, index_key
 
 log = logging.getLogger("hipporag2")
@@ -297,12 +297,12 @@ def write_json(path: Path, obj) -> None:
     atomicio.write_json(path, obj)
 
 
-def count_fallbacks(results: List[RetrievalResult]) -> int:
+def count_fallbacks(results: List[QueryResult]) -> int:
     """Queries answered by the dense ranking because nothing seeded the graph."""
-    return sum(1 for r in results if r.details.get("fallback"))
+    return sum(1 for r in results if r.fallback)
 
 
-def run_report(cfg: Config, inputs: "Inputs", results: List[RetrievalResult], store, report: Dict, timings: Dict[str, float],
+def run_report(cfg: Config, inputs: "Inputs", results: List[QueryResult], store, report: Dict, timings: Dict[str, float],
                resumed: int = 0, recall: Optional[Dict[str, float]] = None) -> RunReport:
     """A run's numbers as one RunReport, for a single run and each point of a sweep
     alike: recall over the queries' gold passages (unless given), data counts,

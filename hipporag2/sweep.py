@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Query
 from hipporag2.retrieve import seeds as seeding
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.results import QueryResult
 from hipporag2.retrieve.graph_retriever import query_result
 from hipporag2.retrieve.ppr import OutputBuffer
 
@@ -65,7 +65,7 @@ def check_sweepable(cfg) -> None:
             f"hipporag2-sweep sweeps HippoRAG 2 with passage nodes (retrieval.method=hipporag2, "
             f"retrieval.passage_nodes=true); got retrieval.method={r.method!r}, retrieval.passage_nodes={r.passage_nodes!r}"
         )
-    if getattr(r, "fusion", "none") != "none":
+    if r.fusion != "none":
         raise ConfigError(f"hipporag2-sweep sweeps the PPR ranking itself; retrieval.fusion={r.fusion!r} is not swept "
                           "(set retrieval.fusion=none)")
 
@@ -82,7 +82,7 @@ def solve_grid(
     weights: Sequence[float],
     block_size: Optional[int] = None,
     timings=None,
-) -> Dict[Point, List[RetrievalResult]]:
+) -> Dict[Point, List[QueryResult]]:
     """Results of `GraphRetriever.retrieve` for every (damping, weight) point.
 
     `retriever` is a GraphRetriever with passage nodes (only its linking and dense
@@ -99,7 +99,7 @@ def solve_grid(
     stage = timings.stage if timings is not None else (lambda name: nullcontext())
     block_size = block_size or cfg.query_batch_size
     n_ph = idx.n_phrases
-    out: Dict[Point, List[RetrievalResult]] = {(d, w): [] for d in dampings for w in weights}
+    out: Dict[Point, List[QueryResult]] = {(d, w): [] for d in dampings for w in weights}
     buffer = OutputBuffer()  # the solver's answers for one block, reused by the next
     for start in range(0, len(queries), block_size):
         block = queries[start : start + block_size]
@@ -139,7 +139,7 @@ def solve_grid(
 # ---- the command -----------------------------------------------------------------
 
 
-def check_point_gates(cfg: Config, grid: Dict[Point, List[RetrievalResult]], facts: int) -> None:
+def check_point_gates(cfg: Config, grid: Dict[Point, List[QueryResult]], facts: int) -> None:
     """The fallback gate of a single run (`retrieval.max_fallback_rate`), at every grid
     point, before any point folder is written: a sweep never leaves folders of points
     that a run with the same settings would have refused."""

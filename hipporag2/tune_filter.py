@@ -44,15 +44,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hipporag2.retrieve.filter_llm import (
-    DEFAULT_PROGRAM,
-    INPUT_FIELDS,
-    OUTPUT_FIELD,
-    facts_json,
-    load_program,
-    map_to_candidates,
-    parse_filter_answer,
-)
+from hipporag2.retrieve.filter_messages import facts_json
+from hipporag2.retrieve.filter_parse import map_to_candidates, parse_filter_answer
+from hipporag2.retrieve.filter_program import INPUT_FIELDS, OUTPUT_FIELD, OWN_PROGRAM, load_program
 from hipporag2.text import normalise_phrase
 
 log = logging.getLogger("hipporag2.tune_filter")
@@ -329,7 +323,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     )
     p.add_argument("--output", required=True, help="where to write the tuned program JSON")
     p.add_argument("--start", default=None,
-                   help=f"program whose prompt and demos the search starts from (default: the shipped {DEFAULT_PROGRAM.name})")
+                   help=f"program whose prompt and demos the search starts from (default: the shipped {OWN_PROGRAM.name})")
     p.add_argument("--auto", default="light", choices=["light", "medium", "heavy"],
                    help="MIPROv2 search budget: how many candidate prompts and trials (light: the fewest; default light)")
     p.add_argument("--train-size", type=int, default=None,

@@ -71,7 +71,7 @@ def pick_question(curated, dense, k: int = 5) -> str:
     from hipporag2.evaluate.metrics import recall_at_k
 
     def per_q(view):
-        return {r.id: recall_at_k(view.gold[r.id], [view.passage_strings[i] for i in r.ranked_corpus_idx], k) for r in view.rows}
+        return {r.query_id: recall_at_k(view.gold[r.query_id], [view.passage_strings[i] for i in r.passage_ids], k) for r in view.rows}
 
     c, d = per_q(curated), per_q(dense)
     ids = [r.id for r in curated.rows]

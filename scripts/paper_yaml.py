@@ -87,8 +87,8 @@ HEADER = """\
 # An entry matches a run when every key of `defaults_match`, overlaid with the entry's
 # `match`, equals the run's resolved setting ("*" = any value). `variant: NAME` in a
 # match stands for the settings listed under `variants`, named like our retrieval
-# configs (raptor / graphrag / lightrag: methods this harness does not run yet; their
-# rows show as "not run"). `paper.reported_in` names a number the paper quotes from
+# configs (raptor / graphrag / lightrag: the structure-augmented baselines; a row no
+# run covers shows as "not run"). `paper.reported_in` names a number the paper quotes from
 # another paper: no run has that key, so nothing matches it.
 #
 # `row` is the paper's row, `block` the LLM of a table printed for two LLMs (Tables 8

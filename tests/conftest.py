@@ -240,7 +240,7 @@ MUSIQUE_GROUP = "musique"
 # test`; a name ending in "::" covers the finer groups of that file): the scheduler
 # hands out groups in this order, so both workers start on long ones and the short
 # files fill the gaps at the end.
-LONG_GROUPS = (MUSIQUE_GROUP, "tests/test_vllm_engine.py", "tests/test_reliability_interrupts.py::",
+LONG_GROUPS = (MUSIQUE_GROUP, "tests/test_vllm_engine.py", "tests/test_graphrag.py", "tests/test_reliability_interrupts.py::",
                "tests/test_reliability_gates.py", "tests/test_reliability_gates_clients.py",
                "tests/test_reliability_crash.py", "tests/test_reliability_faults.py",
                # the vLLM start-up error checks (~36 CPU s): last in file order otherwise,

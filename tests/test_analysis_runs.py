@@ -76,7 +76,7 @@ def test_explain_recomputes_the_runs_ranking_and_finds_paths(world, tmp_path):
     view = open_run(run_dir, cfg)
     e = explain_question(view, "q-director")
     assert not e.warnings  # the recomputed ranking is the run's
-    assert [p.title for p in e.top_passages] == view.row("q-director").ranked_titles[:5]
+    assert [p.title for p in e.top_passages] == view.row("q-director").titles[:5]
     assert {g.title for g in e.gold} == {"The Glass Harbour", "Oskar Threnody"}
     for g in e.gold:
         assert g.path, g.title

@@ -99,7 +99,10 @@ def test_mixed_batch_of_schemas_and_free_text(llm):
 
 
 def test_filter_answer_keeps_only_candidate_facts(llm):
-    from hipporag2.retrieve.filter_llm import build_messages, fact_schema, load_program, parse_filter_answer
+    from hipporag2.retrieve.filter_llm import fact_schema
+    from hipporag2.retrieve.filter_messages import build_messages
+    from hipporag2.retrieve.filter_parse import parse_filter_answer
+    from hipporag2.retrieve.filter_program import load_program
 
     cands = [("Velmora", "capital", "Istrenne"), ("Istrenne", "lies on", "River Ambrel"),
              ("Tower of Saint Ilbra", "located in", "Istrenne")]

@@ -48,8 +48,7 @@ def test_chat_request_maps_openai_fields():
     req = chat_request({"messages": [{"role": "user", "content": "x"}],
                         "response_format": {"type": "json_object"}}, (), None)
     assert req.grammar == JSON_OBJECT_GRAMMAR and req.max_new_tokens is None
-    for bad in ({"messages": []}, {"messages": [{"role": "user", "content": "x"}], "stream": True},
-                {"messages": [{"role": "user", "content": "x"}], "n": 2}):
+    for bad in ({"messages": []}, {"messages": [{"role": "user", "content": "x"}], "n": 2}):
         with pytest.raises(EndpointError):
             chat_request(bad, rules, None)
 
@@ -118,6 +117,12 @@ def test_endpoint_serves_chat_and_embeddings_over_http(served):
     one = client.post("/embeddings", json={"input": "a cat"}).json()["data"]
     assert len(one) == 1 and np.allclose(one[0]["embedding"], vecs[0], atol=1e-6)
 
-    bad = client.post("/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "stream": True})
-    assert bad.status_code == 400 and "stream" in bad.json()["error"]["message"]
+    # stream=true (GraphRAG's local search): the finished answer as server-sent events
+    streamed = client.post("/chat/completions", json=dict(asks[0], stream=True))
+    assert streamed.status_code == 200 and streamed.headers["content-type"] == "text/event-stream"
+    events = [x[len("data: "):] for x in streamed.text.split("\n\n") if x.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == texts[0]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["usage"]["completion_tokens"] > 0
     assert client.post("/embeddings", json={"input": [1, 2]}).status_code == 400

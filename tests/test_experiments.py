@@ -86,6 +86,16 @@ def test_paper_presets_and_rows():
     gte = compose(["+experiment=table7_retrievers", "embedding=gte_qwen2_7b", "retrieval=hipporag2"])
     assert gte.embedding.query_format == "Instruct: {instruction}\nQuery: " and gte.retrieval.method == "hipporag2"
     assert compose(["+experiment=table2_qa"]).qa.enabled
+    # LightRAG rows (Tables 2, 8, 12): Table 14's settings, NV-Embed-v2, the paper's LLM
+    # with room for LightRAG's 12,000-token query context
+    assert "lightrag" in sweep_params("table2_qa")["experiment/retriever@_global_"]
+    assert "lightrag" in sweep_params("table8_qa")["experiment/retriever@_global_"]
+    lr = compose(["+experiment=table2_qa", "experiment/retriever@_global_=lightrag", "dataset=musique"])
+    assert (lr.retrieval.method, lr.embedding.model, lr.llm.name, lr.llm.max_model_len) == (
+        "lightrag", "nvidia/NV-Embed-v2", "llama33_70b_vllm", 16384)
+    assert (lr.lightrag.mode, lr.lightrag.top_k, lr.lightrag.chunk_token_size, lr.qa.enabled) == ("local", 60, 1200, True)
+    mini = compose(["+experiment=table8_qa", "experiment/retriever@_global_=lightrag"])
+    assert (mini.retrieval.method, mini.llm.name) == ("lightrag", "gpt4o_mini")
     fig3 = compose(["+experiment=fig3_continual", "dataset.segments_indexed=2"])
     assert (fig3.dataset.corpus_segments, fig3.dataset.segments_indexed) == (4, 2)
     # Two points of one sweep never share a run folder.
@@ -185,5 +195,5 @@ def test_sweep_cfg_job_lists_every_job():
     assert out.returncode == 0, out.stderr[-2000:]
     headers = [line for line in out.stdout.splitlines() if line.startswith("# job ")]
     rows = [h.split("experiment/retriever@_global_=")[1].split()[0] for h in headers]
-    assert rows == ["nv_embed_v2", "hipporag1", "hipporag2", "raptor"] and out.stdout.rstrip().endswith("# 4 jobs")
-    assert out.stdout.count("\nretrieval:\n") == 4 and "method: raptor" in out.stdout and "method: hipporag1" in out.stdout and "\nhydra:\n" not in out.stdout
+    assert rows == ["nv_embed_v2", "hipporag1", "hipporag2", "raptor", "lightrag", "graphrag"] and out.stdout.rstrip().endswith("# 6 jobs")
+    assert out.stdout.count("\nretrieval:\n") == 6 and "method: raptor" in out.stdout and "method: lightrag" in out.stdout and "method: graphrag" in out.stdout and "method: hipporag1" in out.stdout and "\nhydra:\n" not in out.stdout

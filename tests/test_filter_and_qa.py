@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hipporag2.retrieve.filter_llm import (
-    DEFAULT_PROGRAM,
-    build_filter,
-    build_messages,
-    load_program,
-    map_to_candidates,
-    parse_filter_answer,
-    program_from_dict,
-)
+from hipporag2.retrieve.filter_llm import build_filter
+from hipporag2.retrieve.filter_messages import build_messages
+from hipporag2.retrieve.filter_parse import map_to_candidates, parse_filter_answer
+from hipporag2.retrieve.filter_program import OWN_PROGRAM, load_program, program_from_dict
 from hipporag2.qa.reader import extract_answer, extract_answer_reference
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,7 +86,7 @@ def test_program_layouts(tmp_path):
 
 def test_default_program_and_messages():
     prog = load_program(None)
-    assert prog.path == str(DEFAULT_PROGRAM) and 2 <= len(prog.demos) <= 3
+    assert prog.path == str(OWN_PROGRAM) and 2 <= len(prog.demos) <= 3
     msgs = build_messages(prog, "Where was the director of The Glass Harbour born?", CANDS)
     roles = [r for r, _ in msgs]
     assert roles == ["system"] + ["user", "assistant"] * len(prog.demos) + ["user"]
@@ -251,14 +246,14 @@ def test_filter_with_smollm2(smol_setup):
 def test_qa_with_smollm2(smol_setup, tmp_path):
     from hipporag2.data.loaders import load_corpus, load_queries
     from hipporag2.qa.reader import run_qa
-    from hipporag2.retrieve.base import RetrievalResult
+    from hipporag2.results import QueryResult
 
     cfg, llm = smol_setup
     corpus = load_corpus(DEMO / "demo_corpus.json")
     queries = load_queries(DEMO / "demo.json")[:2]
     # Gold passages first: a perfect retriever.
     results = [
-        RetrievalResult(q.id, [corpus.index_of[g] for g in q.gold_passages], [1.0] * len(q.gold_passages))
+        QueryResult(q.id, [corpus.index_of[g] for g in q.gold_passages], [1.0] * len(q.gold_passages))
         for q in queries
     ]
     metrics = run_qa(cfg, llm, queries, corpus, results, tmp_path)
@@ -301,13 +296,13 @@ def test_qa_stopped_part_way_asks_only_the_rest_again(smol_setup, tmp_path):
     from hipporag2.data.loaders import load_corpus, load_queries
     from hipporag2.llm.base import open_cache
     from hipporag2.qa.reader import run_qa
-    from hipporag2.retrieve.base import RetrievalResult
+    from hipporag2.results import QueryResult
 
     cfg, llm = smol_setup
     cfg = replace(cfg, qa=replace(cfg.qa, chunk_size=2, qa_top_k=1))
     corpus = load_corpus(DEMO / "demo_corpus.json")
     queries = load_queries(DEMO / "demo.json")[2:6]
-    results = [RetrievalResult(q.id, [corpus.index_of[q.gold_passages[0]]], [1.0]) for q in queries]
+    results = [QueryResult(q.id, [corpus.index_of[q.gold_passages[0]]], [1.0]) for q in queries]
     llm.cache = open_cache(tmp_path / "llm")
     try:
         sent = llm.requests_sent

@@ -4,9 +4,9 @@ import pytest
 
 from hipporag2.config import GraphConfig
 from hipporag2.graph.build import CONTEXT, RELATION, SYNONYM, build_edges, clean_passage, content_of
-from hipporag2.graph.synonyms import synonym_pairs
 from hipporag2.graph.triples import TripleStats, clean_triples
 from hipporag2.text import normalise_phrase, passage_id, phrase_id
+from tests.test_synonym_knn import synonym_pairs  # (query, neighbour, cosine) tuples of synonym_arrays
 
 
 def test_normalisation_keeps_inner_spaces_and_can_be_empty():

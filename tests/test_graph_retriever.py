@@ -33,7 +33,7 @@ def test_no_kept_fact_falls_back_to_dense(setup):
     cfg = RetrievalConfig(retrieval_top_k=5)
     graph = GraphRetriever(index, store, cfg, fact_filter=KeepNothing(), progress=False).retrieve(QUERY)[0]
     dense = DenseRetriever(index.passage_emb, store, cfg, progress=False).retrieve(QUERY)[0]
-    assert graph.details["fallback"] is True
+    assert graph.fallback is True
     assert graph.ranked == dense.ranked and graph.scores == dense.scores
 
 
@@ -41,7 +41,7 @@ def test_ranking_equals_a_direct_igraph_ppr_on_the_spec_reset(setup):
     corpus, store, index = setup
     cfg = RetrievalConfig(retrieval_top_k=5)
     res = GraphRetriever(index, store, cfg, progress=False).retrieve(QUERY)[0]
-    assert res.details["fallback"] is False and len(res.details["kept_facts"]) == 5
+    assert res.fallback is False and len(res.kept_facts) == 5
     # Recompute SPEC §3 by hand: fact scores, top-5, phrase seeds, passage seeds, PPR.
     q_fact = store.embed([QUERY[0].question], instruction="x")  # MiniLM takes no instruction
     facts_scores = min_max((q_fact @ np.asarray(index.fact_emb).T)[0])
@@ -58,7 +58,7 @@ def test_ranking_equals_a_direct_igraph_ppr_on_the_spec_reset(setup):
     expected = rank_desc(ppr[index.n_phrases:], 5).tolist()
     assert res.ranked == expected
     np.testing.assert_allclose(res.scores, ppr[index.n_phrases:][expected], rtol=1e-12)
-    assert [p for p, _ in res.details["seed_phrases"]] == [index.phrases[i] for i, _ in seeds]
+    assert [p for p, _ in res.seed_phrases] == [index.phrases[i] for i, _ in seeds]
     # Multi-hop: the director's birthplace passage is found.
     assert corpus.strings.index("Oskar Threnody\n" + DOCS[2][1]) in res.ranked[:3]
 
@@ -66,7 +66,7 @@ def test_ranking_equals_a_direct_igraph_ppr_on_the_spec_reset(setup):
 def test_without_passage_nodes_scores_passages_by_phrase_mass(setup):
     corpus, store, index = setup
     res = GraphRetriever(index, store, RetrievalConfig(passage_nodes=False, retrieval_top_k=5), progress=False).retrieve(QUERY)[0]
-    assert res.details["fallback"] is False
+    assert res.fallback is False
     assert sorted(res.ranked) == list(range(5))
     assert res.scores == sorted(res.scores, reverse=True)
 

@@ -274,12 +274,12 @@ def test_retriever_ranks_as_the_legacy_on_a_hand_made_world(minilm):
                 f"{q!r}: rank {pos}: ours passage {mine}, legacy {theirs} (ours {res.ranked}, legacy {order})")
         if not ENTITIES[q]:
             assert res.ranked == list(range(len(WORLD)))[::-1]
-            assert res.details["fallback"] and res.details["fallback_ranking"] == "uniform"
+            assert res.fallback and res.fallback_ranking == "uniform"
         else:
-            assert not res.details["fallback"]
-            assert res.details["query_entities"] == [_legacy_phrase(e) for e in ENTITIES[q]]
+            assert not res.fallback
+            assert res.query_entities == [_legacy_phrase(e) for e in ENTITIES[q]]
     # the tie goes to the lower phrase index, as np.argmax gives it
-    assert results[1].details["linked_phrases"] == ["april 20  1947"]
+    assert results[1].linked_phrases == ["april 20  1947"]
 
 
 def test_spec_scoring_is_the_documented_alternative(minilm):
@@ -289,11 +289,11 @@ def test_spec_scoring_is_the_documented_alternative(minilm):
     legacy = _retriever(index, store, "legacy").retrieve(_queries(questions))
     spec = _retriever(index, store, "spec").retrieve(_queries(questions))
     # no entity: dense fallback instead of the uniform order
-    assert spec[2].details["fallback"] and spec[2].details["fallback_ranking"] == "dense"
+    assert spec[2].fallback and spec[2].fallback_ranking == "dense"
     assert spec[2].ranked != legacy[2].ranked
     # entities as returned, ties to the higher phrase index
-    assert spec[0].details["query_entities"] == ["The Glass Harbour!"]
-    assert spec[1].details["linked_phrases"] == ["april 20 1947"]
+    assert spec[0].query_entities == ["The Glass Harbour!"]
+    assert spec[1].linked_phrases == ["april 20 1947"]
     # scores: min-max of the fact chain vs the raw phrase mass
     assert max(legacy[0].scores) == 1.0 and max(spec[0].scores) < 1.0
 
@@ -325,7 +325,7 @@ def test_legacy_scoring_on_the_shared_set_matches_the_oracle(shared_data, musiqu
     results = retriever.retrieve(queries)
     differ_from_spec = 0
     for q, res in zip(queries, results):
-        seeds = res.details["seed_phrases"]
+        seeds = res.seed_phrases
         reset = np.zeros(index.n_phrases)
         for phrase, w in seeds:
             reset[index.phrase_index[phrase]] = w

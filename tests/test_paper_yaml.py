@@ -165,6 +165,10 @@ ROWS = [  # (experiment, retriever row, paper table, paper row, block)
     ("table9_recall2_5", "hipporag1", "table9", "HippoRAG (Llama-3.3-70B)", None),
     ("table12_cost", "hipporag1", "table12", "HippoRAG", None),
     ("table12_cost", "nv_embed_v2", "table12", "NV-Embed-v2", None),
+    ("table2_qa", "graphrag", "table2", "GraphRAG", None),
+    ("table2_qa", "graphrag", "table8", "GraphRAG", "llama33_70b_vllm"),
+    ("table8_qa", "graphrag", "table8", "GraphRAG", "gpt4o_mini"),
+    ("table12_cost", "graphrag", "table12", "GraphRAG", None),
 ]
 
 

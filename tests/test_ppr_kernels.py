@@ -153,7 +153,7 @@ def path_cases():
     nodes, several components."""
     random.seed(5)
     rng = np.random.default_rng(5)
-    big = ig.Graph.Barabasi(5000, 2)  # at block size 256, panels of 2048 rows: three
+    big = ig.Graph.Barabasi(5000, 2)  # at block size 512, panels of 2048 rows: three
     hub = ig.Graph.Star(400)
     hub.add_vertices(4)
     multi = ig.Graph.Erdos_Renyi(n=300, m=900)
@@ -177,7 +177,7 @@ def test_scipy_path_agrees_with_the_compiled_loops(case):
     R = sp.random(37, g.vcount(), density=0.02, random_state=rng, format="csr")
     R.data[::9] = -1.0  # cleaned to 0, as the reference does
     R = R[np.asarray(R.maximum(0).sum(axis=1)).ravel() > 0]
-    block = 256 if case == "panels" else 16
+    block = 512 if case == "panels" else 16
     compiled = BatchedSolver(g, block_size=block, numba_min_nnz=0)
     plain = BatchedSolver(g, block_size=block, numba_min_nnz=10**12)
     assert compiled._K is K and type(plain._K).__name__ == "_ScipyLoops"

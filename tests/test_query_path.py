@@ -85,9 +85,9 @@ def test_whole_query_equals_the_straightforward_path(world, solver):
             np.testing.assert_allclose(res.scores, scores, rtol=1e-9)
             swapped = [i for i, (a, b) in enumerate(zip(res.ranked, ranked)) if a != b]
             assert all(abs(res.scores[i] - scores[i]) <= 1e-9 * scores[0] for i in swapped)
-        assert [c[1] for c in res.details["candidate_facts"]] == [float(x) for x in cand_scores]
-        assert [tuple(c[0]) for c in res.details["candidate_facts"]] == [index.facts[i] for i in cands]
-        assert res.details["seed_phrases"] == [[index.phrases[i], float(w)] for i, w in seeds]
+        assert [c[1] for c in res.candidate_facts] == [float(x) for x in cand_scores]
+        assert [tuple(c[0]) for c in res.candidate_facts] == [index.facts[i] for i in cands]
+        assert res.seed_phrases == [(index.phrases[i], float(w)) for i, w in seeds]
 
 
 def test_fact_scores_in_pieces_of_a_memory_budget(world, monkeypatch):
@@ -117,7 +117,7 @@ def test_fact_scores_in_pieces_of_a_memory_budget(world, monkeypatch):
     res = GraphRetriever(index, store, RetrievalConfig(ppr_solver="batched", retrieval_top_k=5), progress=False).retrieve(queries[:30])
     assert score_piece_rows(n_facts) == 20
     idx, val = min_max_top_k_product(qv[:30], index.fact_emb, 5, rows=20)
-    assert [[c[1] for c in r.details["candidate_facts"]] for r in res] == val.astype(float).tolist()
+    assert [[c[1] for c in r.candidate_facts] for r in res] == val.astype(float).tolist()
 
 
 def test_preparation_is_saved_with_the_index_and_loaded_back(world, monkeypatch, caplog):

@@ -1,6 +1,6 @@
 """RAPTOR baseline (retrieval=raptor): the algorithm's pieces on hand-made inputs, and
 one end-to-end run on a 16-passage slice of the demo world with real SmolLM2 (summaries
-and reader) and MiniLM (tree and query embeddings)."""
+and reader) and MiniLM (tree and query embeddings), by the CLI and by the library."""
 from __future__ import annotations
 
 import importlib.util
@@ -129,6 +129,18 @@ def test_raptor_end_to_end_with_smollm2(tmp_path):
     assert m2["raptor_tree"]["levels"] == tree["levels"] and m2["raptor_tree"]["llm_calls_sent"] == 0
     assert m2["table12"]["indexing_llm_input_tokens"] == t12["indexing_llm_input_tokens"]  # a fresh build's bill
     assert m2["recall@5"] == m["recall@5"]
+
+    # The library reads what the CLI's reader read (the tree nodes, not passages): the
+    # same requests, so the LLM cache answers every one and the answers are the run's.
+    from hipporag2.api import HippoRAG
+
+    rows2 = [json.loads(x) for x in (tmp_path / "run2" / "retrieval.jsonl").read_text().splitlines()]
+    qa2 = [json.loads(x) for x in (tmp_path / "run2" / "qa.jsonl").read_text().splitlines()]
+    with HippoRAG.for_dataset(compose(overrides + [f"run_dir={tmp_path / 'lib'}"])) as rag:
+        results = rag.retrieve(rag.inputs.queries)
+        assert [r.reader_context for r in results] == [[tuple(c) for c in row["reader_context"]] for row in rows2]
+        report = rag.rag_qa(results)
+        assert rag.llm().requests_sent == 0 and report.answers == [r["prediction"] for r in qa2]
 
 
 def test_raptor_settings_are_checked_at_start_up():

@@ -21,12 +21,21 @@ REPO = Path(__file__).resolve().parent.parent
     ("llm.backend=vlm", "llm.backend"),
     ("llm.on_failure=ignore", "llm.on_failure"),
     ("dataset.segment_queries=some", "dataset.segment_queries"),
+    ("retrieval.fusion=rff", "retrieval.fusion"),
 ])
 def test_unknown_choice_fails_at_compose_naming_key_and_choices(override, key):
     with pytest.raises(ConfigError) as e:
         compose([override])
     msg = str(e.value)
     assert f"{key}=" in msg and "is not one of" in msg
+
+
+def test_fusion_is_built_through_its_family_and_needs_a_graph_method():
+    from hipporag2.retrieve.fused_retriever import no_fusion, rrf_fusion
+
+    assert registry.FUSIONS.load("none") is no_fusion and registry.FUSIONS.load("rrf") is rrf_fusion
+    with pytest.raises(ConfigError, match="retrieval.fusion=rrf .*retrieval.method=dense has none"):
+        compose(["retrieval=dense", "retrieval.fusion=rrf"])
 
 
 def test_misspelt_solver_gets_a_suggestion():

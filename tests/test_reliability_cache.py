@@ -210,10 +210,10 @@ class CountingRetriever:
         self.seen = []
 
     def retrieve(self, block):
-        from hipporag2.retrieve.base import RetrievalResult
+        from hipporag2.results import QueryResult
 
         self.seen += [q.id for q in block]
-        return [RetrievalResult(q.id, [1, 0], [0.1 * len(q.id) + 1 / 3, 0.0], {"fallback": False, "t": ("a",)}) for q in block]
+        return [QueryResult(q.id, [1, 0], [0.1 * len(q.id) + 1 / 3, 0.0], {"fallback": False, "t": ("a",)}) for q in block]
 
 
 def test_checkpoint_resume_torn_tail_and_foreign_key(tmp_path):

@@ -8,7 +8,7 @@ from hipporag2.retrieve.seeds import (
     phrase_weights_from_facts,
     reset_rows,
     seeds_anything,
-    uniform_phrase_seeds,
+    weigh_phrases,
 )
 
 
@@ -54,7 +54,8 @@ def test_top_k_cut_keeps_largest_and_breaks_ties_by_first_appearance():
 
 
 def test_uniform_seeds_of_hipporag1():
-    assert uniform_phrase_seeds([0, 2, 0], [2, 1, 4], True) == [(0, 0.5), (2, 0.25)]
+    # each linked phrase gets 1 divided by its passage count, once however often it is linked
+    assert weigh_phrases([0, 2, 0], [0.9, 0.3, 0.1], [2, 1, 4], uniform=True) == [(0, 0.5), (2, 0.25)]
 
 
 def test_passage_seeds_weakest_gets_zero_and_top_k_variant():

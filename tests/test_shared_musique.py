@@ -89,7 +89,7 @@ def test_error_analysis_counts_sum_to_the_failing_questions(hipporag2_run, share
     view = open_run(run_dir, cfg)
     cases, n = classify_run(view, k=5)
     failing = sum(1 for r in view.rows
-                  if len(set(view.gold[r.id]) & {view.passage_strings[i] for i in r.ranked_corpus_idx[:5]}) < len(set(view.gold[r.id])))
+                  if len(set(view.gold[r.query_id]) & {view.passage_strings[i] for i in r.passage_ids[:5]}) < len(set(view.gold[r.query_id])))
     assert n == 100 and len(cases) == failing > 0
     table = error_table(cases, n, 5, filter_applied=False, n_samples=1000)
     assert sum(r.primary_count for r in table.rows) == failing

@@ -3,8 +3,16 @@ import numpy as np
 import pytest
 
 from hipporag2.graph.knn_kernels import offer_hits
-from hipporag2.graph.synonyms import list_length, synonym_arrays, synonym_pairs
+from hipporag2.graph.synonyms import list_length, synonym_arrays
 from hipporag2.text import alnum_len
+
+
+def as_tuples(arr):
+    return list(zip(arr.query.tolist(), arr.neighbour.tolist(), arr.score.astype(np.float64).tolist()))
+
+
+def synonym_pairs(*args, **kwargs):
+    return as_tuples(synonym_arrays(*args, **kwargs))
 
 
 def straightforward(phrases, emb, threshold, top_k, max_neighbours):
@@ -71,7 +79,7 @@ def test_column_tiles_slot_overflow_and_arrays_api(monkeypatch):
     monkeypatch.setattr(syn, "TILE_COLUMNS", 9)  # many column tiles per row strip
     monkeypatch.setattr(syn, "SLOTS", 2)  # most rows overflow their slots and are rescanned
     arr = synonym_arrays(phrases, emb, threshold=0.5, block_size=4)
-    assert arr.as_tuples() == want and len(arr.query) == len(want)
+    assert as_tuples(arr) == want and len(arr.query) == len(want)
     assert arr.score.dtype == np.float32 and arr.query.dtype == np.int64
 
 

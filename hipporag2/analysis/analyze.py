@@ -35,18 +35,18 @@ def classify_run(view: RunView, k: int = 5) -> Tuple[List[ErrorCase], int]:
     clf = Classifier.of_index(index)
     cases = []
     for row in view.rows:
-        gold = view.gold.get(row.id, [])
-        ranked = [view.passage_strings.get(i, "") for i in row.ranked_corpus_idx]
+        gold = view.gold.get(row.query_id, [])
+        ranked = [view.passage_strings.get(i, "") for i in row.passage_ids]
         rec = recall_at_k(gold, ranked, k)
         if rec >= 1.0:
             continue
-        ev = clf.evidence([f for f, _ in row.candidate_facts], [f for f, _ in row.kept_facts],
-                          [p for p, _ in row.seed_phrases], gold, view.filter_applied)
+        ev = clf.evidence([f for f, _ in row.candidate_facts or []], [f for f, _ in row.kept_facts or []],
+                          [p for p, _ in row.seed_phrases or []], gold, view.filter_applied)
         flags = flags_of(ev)
         top = set(ranked[:k])
         gold_titles = [s.split("\n", 1)[0] for s in gold]
         cases.append(ErrorCase(
-            id=row.id,
+            id=row.query_id,
             question=row.question,
             recall=rec,
             category=primary(flags),
@@ -55,7 +55,7 @@ def classify_run(view: RunView, k: int = 5) -> Tuple[List[ErrorCase], int]:
             share_kept=_share(ev.kept, ev.gold) if ev.kept is not None else None,
             share_seeds=_share(ev.seeds, ev.gold),
             gold_phrases=sorted(clf.phrases[i] for i in ev.gold),
-            seed_phrases=[p for p, _ in row.seed_phrases],
+            seed_phrases=[p for p, _ in row.seed_phrases or []],
             gold_titles=gold_titles,
             missed_titles=[t for t, s in zip(gold_titles, gold) if s not in top],
         ))

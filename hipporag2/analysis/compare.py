@@ -113,11 +113,11 @@ def compare_runs(run_a, run_b, k: int = 5, n_samples: int = 10000, label_a: str 
     ga, gb = load_gold(run_a), load_gold(run_b)
     if ga.passages != gb.passages:
         raise ValueError("the runs' gold passages differ: they are not on the same data")
-    rows_a = {str(r["id"]): r for r in run_a.rows()}
-    rows_b = {str(r["id"]): r for r in run_b.rows()}
+    rows_a = {r.query_id: r for r in run_a.results()}
+    rows_b = {r.query_id: r for r in run_b.results()}
 
-    def ranked(gold, row):
-        return [gold.strings.get(int(r["corpus_idx"]), "") for r in row["ranked"]]
+    def ranked(gold, result):
+        return [gold.strings.get(i, "") for i in result.passage_ids]
 
     from hipporag2.evaluate.metrics import recall_at_k
 
@@ -126,7 +126,7 @@ def compare_runs(run_a, run_b, k: int = 5, n_samples: int = 10000, label_a: str 
     details = {}
     for i in set(rows_a) & set(rows_b):
         gained, lost = gold_changes(ga.passages.get(i, []), ranked(ga, rows_a[i]), ranked(gb, rows_b[i]), k)
-        details[i] = (str(rows_a[i].get("question", "")), gained, lost)
+        details[i] = (rows_a[i].question, gained, lost)
     return compare_scores(sa, sb, label_a or str(run_a.path), label_b or str(run_b.path), f"recall@{k}", details, n_samples)
 
 

@@ -157,10 +157,11 @@ def explain_question(view, query_id: str, top_n: int = 5, ks: Sequence[int] = (2
     store = open_store(view.cfg.cache_dir, view.cfg.embedding)
     dense = dense_scores(store, index.passage_emb, [row.question], progress=False)[0]
     pseeds = passage_seed_vector(dense, cfg.passage_node_weight, cfg.passage_seed_top_k)
-    seeds = [(index.phrase_index[p], w) for p, w in row.seed_phrases if p in index.phrase_index]
+    run_seeds = row.seed_phrases or []
+    seeds = [(index.phrase_index[p], w) for p, w in run_seeds if p in index.phrase_index]
     warnings: List[str] = []
-    if len(seeds) != len(row.seed_phrases):
-        warnings.append(f"{len(row.seed_phrases) - len(seeds)} seed phrase(s) of the run are not nodes of the index")
+    if len(seeds) != len(run_seeds):
+        warnings.append(f"{len(run_seeds) - len(seeds)} seed phrase(s) of the run are not nodes of the index")
     if row.fallback or not seeds or not seeds_anything(seeds, pseeds):
         ppr = None
         scores = dense
@@ -170,7 +171,7 @@ def explain_question(view, query_id: str, top_n: int = 5, ks: Sequence[int] = (2
         ppr = solver.solve(reset, cfg.damping)[0]
         scores = ppr[n_ph:]
     order = rank_desc(scores, cfg.retrieval_top_k)
-    recorded = row.ranked_corpus_idx[: 2 * top_n]
+    recorded = row.passage_ids[: 2 * top_n]
     mine = [index.corpus_idx[i] for i in order[: len(recorded)]]
     if mine != recorded:
         first = next(i for i, (a, b) in enumerate(zip(mine, recorded)) if a != b)
@@ -207,7 +208,7 @@ def explain_question(view, query_id: str, top_n: int = 5, ks: Sequence[int] = (2
         query_id=query_id, question=row.question, answers=view.answers.get(query_id, []), method=cfg.name,
         damping=cfg.damping, passage_node_weight=cfg.passage_node_weight,
         recall_at={k: recall_at_k(gold_strings, ranked_strings, k) for k in ks},
-        candidate_facts=row.candidate_facts, kept_facts=row.kept_facts,
+        candidate_facts=row.candidate_facts or [], kept_facts=row.kept_facts or [],
         seeds=[(index.phrases[v], w, v) for v, w in seeds],
         passage_seed_mass=float(pseeds.sum()),
         passage_seeds_top=[(index.titles[i], float(pseeds[i])) for i in ps_order],

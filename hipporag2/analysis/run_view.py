@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from hipporag2.config import Config, ConfigError
+from hipporag2.results import QueryResult
 
 # Config fields that hold paths, resolved against the run's working directory.
 _PATH_FIELDS = (("data_dir",), ("cache_dir",), ("openie", "import_path"), ("retrieval", "filter_program"))
@@ -25,42 +26,6 @@ _PATH_FIELDS = (("data_dir",), ("cache_dir",), ("openie", "import_path"), ("retr
 
 class RunUnavailable(Exception):
     """The run folder lacks what an analysis needs (one line, naming the file)."""
-
-
-@dataclass
-class RetrievalRow:
-    """One line of retrieval.jsonl, typed. Facts are (subject, predicate, object) with
-    their min-max normalised query score; seeds are (phrase text, reset weight)."""
-
-    id: str
-    question: str
-    ranked_corpus_idx: List[int]
-    ranked_scores: List[float]
-    ranked_titles: List[str]
-    candidate_facts: List[tuple]  # [((s, p, o), score)], before the filter
-    kept_facts: List[tuple]  # [((s, p, o), score)], after it
-    seed_phrases: List[tuple]  # [(phrase, weight)], after the linking_top_k cut
-    fallback: bool
-    raw: Dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of(cls, row: Dict) -> "RetrievalRow":
-        def facts(key):
-            return [(tuple(f), float(s)) for f, s in row.get(key) or []]
-
-        ranked = row.get("ranked") or []
-        return cls(
-            id=str(row["id"]),
-            question=str(row.get("question", "")),
-            ranked_corpus_idx=[int(r["corpus_idx"]) for r in ranked],
-            ranked_scores=[float(r["score"]) for r in ranked],
-            ranked_titles=[str(r.get("title", "")) for r in ranked],
-            candidate_facts=facts("candidate_facts"),
-            kept_facts=facts("kept_facts"),
-            seed_phrases=[(str(p), float(w)) for p, w in row.get("seed_phrases") or []],
-            fallback=bool(row.get("fallback", False)),
-            raw=row,
-        )
 
 
 def _hydra_cwd(run_dir: Path) -> Optional[Path]:
@@ -133,7 +98,7 @@ class RunView:
     path: Path
     cfg: Config
     metrics: Dict
-    rows: List[RetrievalRow]
+    rows: List[QueryResult]  # retrieval.jsonl (`passage_ids`: the ranked corpus_idx)
     gold: Dict[str, List[str]]  # query id -> gold passage strings
     answers: Dict[str, List[str]]  # query id -> gold answers
     passage_strings: Dict[int, str]  # corpus_idx -> passage string
@@ -150,12 +115,12 @@ class RunView:
         r = self.cfg.retrieval
         return r.filter == "llm" and r.linking == "query_to_triple"
 
-    def row(self, query_id: str) -> RetrievalRow:
+    def row(self, query_id: str) -> QueryResult:
         for r in self.rows:
-            if r.id == query_id:
+            if r.query_id == query_id:
                 return r
         raise RunUnavailable(f"{self.path / 'retrieval.jsonl'}: no question with id {query_id!r} "
-                             f"(ids look like {self.rows[0].id!r})" if self.rows else f"{self.path}: no retrieval rows")
+                             f"(ids look like {self.rows[0].query_id!r})" if self.rows else f"{self.path}: no retrieval rows")
 
     def index(self):
         """The run's index, from the cache named in metrics.json (verified on load)."""
@@ -200,7 +165,7 @@ def open_run(run_dir: Path | str, cfg: Optional[Config] = None) -> RunView:
     corpus = load_corpus(cpath, cfg.dataset.sentence_joiner)
     queries = load_queries(qpath, cfg.dataset.sentence_joiner, cfg.dataset.max_queries, cfg.dataset.decode_json_answers)
     with open(run_dir / "retrieval.jsonl", encoding="utf-8") as f:
-        rows = [RetrievalRow.of(json.loads(line)) for line in f if line.strip()]
+        rows = [QueryResult.from_json(json.loads(line)) for line in f if line.strip()]
     return RunView(
         path=run_dir,
         cfg=cfg,

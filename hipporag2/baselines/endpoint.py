@@ -76,8 +76,6 @@ def chat_request(body: dict, rules: Sequence[GrammarRule], max_new_tokens: Optio
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise EndpointError("'messages' must be a non-empty list")
-    if body.get("stream"):
-        raise EndpointError("streaming is not supported (send stream=false)")
     if int(body.get("n") or 1) != 1:
         raise EndpointError("only n=1 is supported")
     msgs = tuple((str(m.get("role", "user")), _text_of(m.get("content"))) for m in messages)
@@ -98,6 +96,23 @@ def chat_request(body: dict, rules: Sequence[GrammarRule], max_new_tokens: Optio
             grammar, schema = rule.grammar, None
             break
     return ChatRequest(messages=msgs, max_new_tokens=limit, json_schema=schema, grammar=grammar)
+
+
+def stream_events(body: dict) -> bytes:
+    """A finished completion as the server-sent events a `stream=true` client reads:
+    the whole text in one delta, then the finish reason (and usage), then [DONE].
+    Decoding is not streamed: the events are sent once the answer is complete
+    (GraphRAG's local search always asks for a stream)."""
+    base = {k: body[k] for k in ("id", "created", "model")}
+    choice = body["choices"][0]
+    events = [
+        dict(base, object="chat.completion.chunk",
+             choices=[{"index": 0, "delta": {"role": "assistant", "content": choice["message"]["content"]},
+                       "finish_reason": None}]),
+        dict(base, object="chat.completion.chunk", choices=[{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+             usage=body["usage"]),
+    ]
+    return b"".join(b"data: " + json.dumps(e).encode("utf-8") + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 
 
 def completion_body(response: ChatResponse, model: str, created: int) -> dict:
@@ -231,10 +246,10 @@ class LoopbackEndpoint:
             def log_message(self, fmt: str, *args: Any) -> None:  # quiet: systems send thousands
                 log.debug("endpoint: " + fmt, *args)
 
-            def _reply(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode("utf-8")
+            def _reply(self, status: int, payload: dict, stream: bool = False) -> None:
+                data = stream_events(payload) if stream else json.dumps(payload).encode("utf-8")
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -254,7 +269,7 @@ class LoopbackEndpoint:
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                     if route.endswith("/chat/completions"):
-                        self._reply(200, endpoint.chat(body))
+                        self._reply(200, endpoint.chat(body), stream=bool(body.get("stream")))
                     elif route.endswith("/embeddings"):
                         self._reply(200, endpoint.embeddings(body))
                     else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import resource
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,10 +23,11 @@ from filelock import FileLock
 
 from hipporag2 import atomicio
 from hipporag2.baselines import raptor
+from hipporag2.baselines.common import table12
 from hipporag2.baselines.config import RAPTOR_SUMMARY_PASSAGES
 from hipporag2.llm.base import ChatRequest
 from hipporag2.retrieve import instructions as ins
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.results import ContextNode, QueryResult
 from hipporag2.stagekeys import corpus_digest, digest
 
 log = logging.getLogger("hipporag2.raptor")
@@ -139,7 +139,7 @@ def get_tree(cfg, passages: Sequence[str], store, lazy_llm) -> raptor.Tree:
 
 class RaptorRetriever:
     """Collapsed-tree retrieval; also gives each query's reader context (the nodes
-    themselves, not passages) in `details["reader_context"]`."""
+    themselves, not passages) in `reader_context`."""
 
     def __init__(self, tree: raptor.Tree, passages: Sequence[str], store, cfg, index_s: float):
         # `cfg` is the retrieval section, as in every retriever (the library replaces it
@@ -149,7 +149,7 @@ class RaptorRetriever:
         self.titles = [p.partition("\n")[0] if "\n" in p else "" for p in passages]
         self.index_s = index_s
 
-    def retrieve(self, queries) -> List[RetrievalResult]:
+    def retrieve(self, queries) -> List[QueryResult]:
         rc, top_k = self.rcfg, self.cfg.retrieval_top_k
         q = self.store.embed([x.question for x in queries], instruction=ins.QUERY_TO_PASSAGE,
                              desc="embed queries (RAPTOR)", progress=self.progress)
@@ -159,13 +159,13 @@ class RaptorRetriever:
             ranked, sc = rankings[rc.summary_passages]
             ctx = raptor.context_nodes(self.tree, scores, rc.context_top_k, rc.context_tokens)
             nodes = self.tree.nodes
-            details = {
-                "raptor_context_nodes": [{"node": i, "level": nodes[i].level, "score": round(float(scores[i]), 6)} for i in ctx],
-                "reader_context": [[self.titles[nodes[i].passages[0]] if nodes[i].level == 0 else f"Summary (level {nodes[i].level})",
-                                    nodes[i].text] for i in ctx],
-                "raptor_ranked": {m: rankings[m][0] for m in RAPTOR_SUMMARY_PASSAGES},
-            }
-            out.append(RetrievalResult(query.id, ranked, sc, details))
+            out.append(QueryResult(
+                query.id, ranked, sc,
+                raptor_context_nodes=[ContextNode(i, nodes[i].level, round(float(scores[i]), 6)) for i in ctx],
+                reader_context=[(self.titles[nodes[i].passages[0]] if nodes[i].level == 0 else f"Summary (level {nodes[i].level})",
+                                 nodes[i].text) for i in ctx],
+                raptor_ranked={m: rankings[m][0] for m in RAPTOR_SUMMARY_PASSAGES},
+            ))
         return out
 
     def run_report(self, queries, results, corpus, recall_k, timings) -> Dict[str, Any]:
@@ -175,7 +175,7 @@ class RaptorRetriever:
 
         strings = corpus.strings
         golds = [q.gold_passages for q in queries]
-        recall = {m: mean_recall(golds, [[strings[i] for i in r.details["raptor_ranked"][m]] for r in results], recall_k)
+        recall = {m: mean_recall(golds, [[strings[i] for i in r.raptor_ranked[m]] for r in results], recall_k)
                   for m in RAPTOR_SUMMARY_PASSAGES}
         st = self.tree.stats
         n = max(len(queries), 1)
@@ -188,19 +188,6 @@ class RaptorRetriever:
             "table12": table12(st.get("llm_input_tokens"), st.get("llm_output_tokens"), st.get("build_s", self.index_s),
                                query_s / n),
         }
-
-
-def table12(in_tokens, out_tokens, index_s, s_per_query) -> Dict[str, Any]:
-    """Table 12's counters: LLM tokens and time of indexing (a fresh build's, also when
-    the index came from the cache), seconds per query (retrieval + reading), and the
-    peak resident memory of this process (which also indexed, when it did)."""
-    return {
-        "indexing_llm_input_tokens": in_tokens,
-        "indexing_llm_output_tokens": out_tokens,
-        "indexing_s": index_s,
-        "seconds_per_query": round(s_per_query, 4),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-    }
 
 
 def raptor_retriever(parts):

@@ -195,7 +195,7 @@ class GraphEdges:
 
 def graph_synonyms(phrases: Sequence[str], phrase_embeddings: np.ndarray | None, cfg: GraphConfig,
                    progress: bool = False) -> SynonymPairs:
-    """The synonym pairs of a graph config (SPEC §2.8), in `synonym_pairs` order."""
+    """The synonym pairs of a graph config (SPEC §2.8), in `synonyms.synonym_arrays` order."""
     if phrase_embeddings is None or len(phrase_embeddings) != len(phrases):
         raise ValueError("phrase embeddings must have one row per phrase node")
     return synonym_arrays(
@@ -249,7 +249,7 @@ def build_edges(
     the same key in place, new keys are appended, self-loop keys are dropped when the
     map becomes edges. This is that map computed with array operations (keys encoded
     as a * n_vertices + b), in the same order, so PPR sums edge weights in the same
-    order too. `synonyms`: the pairs when already known (`synonym_pairs` order, a list
+    order too. `synonyms`: the pairs when already known (`synonym_arrays` order, a list
     of tuples or (query, neighbour, score) arrays), e.g. from an incremental update
     (`hipporag2.graph.update`); computed here when None."""
     n_phr, n_pas = len(content.phrases), len(content.passages)

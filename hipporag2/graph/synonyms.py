@@ -21,7 +21,7 @@ produce exactly the graph of a from-scratch build.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,9 +40,6 @@ class SynonymPairs(NamedTuple):
     query: np.ndarray
     neighbour: np.ndarray
     score: np.ndarray
-
-    def as_tuples(self) -> List[Tuple[int, int, float]]:
-        return list(zip(self.query.tolist(), self.neighbour.tolist(), self.score.astype(np.float64).tolist()))
 
 
 def list_length(top_k: int, n: int, max_neighbours: int, n_skipped: int) -> int:
@@ -206,9 +203,16 @@ def synonym_arrays(
     progress: bool = False,
     query_rows: Optional[np.ndarray] = None,
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`synonym_pairs` as three arrays (query, neighbour, float32 score). `query_rows`
-    restricts the queries (default: every phrase); each query's list is the same as
-    in a search over all queries."""
+    """(query, neighbour, float32 cosine) of every accepted synonym, in query order.
+
+    Rules of the reference: only phrases with more than 2 alphanumeric characters are
+    queries (others can still be neighbours); neighbours come best first among the
+    `top_k` nearest (itself included); the walk stops at the first score below the
+    threshold or once `max_neighbours` were accepted; itself and the empty phrase are
+    skipped. Every query is processed, so a mutual pair yields two entries. Ties
+    between equal scores go to the lower neighbour index. `query_rows` restricts the
+    queries (default: every phrase); each query's list is the same as in a search over
+    all queries."""
     n = len(phrases)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
@@ -221,25 +225,3 @@ def synonym_arrays(
     empty_phrase = np.array([p == "" for p in phrases], dtype=bool)
     q, c, s = knn_candidates(embeddings, np.nonzero(is_query)[0], threshold, block_size=block_size, progress=progress)
     return SynonymPairs(*cap_per_query(q, c, s, empty_phrase, min(top_k, n), max_neighbours))
-
-
-def synonym_pairs(
-    phrases: Sequence[str],
-    embeddings: np.ndarray,
-    threshold: float = 0.8,
-    top_k: int = 2047,
-    max_neighbours: int = 101,
-    block_size: int = 1024,
-    progress: bool = False,
-    query_rows: Optional[np.ndarray] = None,
-) -> List[Tuple[int, int, float]]:
-    """(query, neighbour, cosine) for every accepted synonym, in query order.
-
-    Rules of the reference: only phrases with more than 2 alphanumeric characters are
-    queries (others can still be neighbours); neighbours come best first among the
-    `top_k` nearest (itself included); the walk stops at the first score below the
-    threshold or once `max_neighbours` were accepted; itself and the empty phrase are
-    skipped. Every query is processed, so a mutual pair yields two entries.
-    Ties between equal scores are broken by the lower neighbour index.
-    """
-    return synonym_arrays(phrases, embeddings, threshold, top_k, max_neighbours, block_size, progress, query_rows).as_tuples()

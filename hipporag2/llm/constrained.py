@@ -149,8 +149,3 @@ class BatchGrammarProcessor(_logits_processor_base()):  # type: ignore[misc]
             # Logits wider than the grammar's vocabulary (padded embeddings): never allowed.
             work[active, width:] = float("-inf")
         return work if work is scores else work.to(device)
-
-    def completed(self, row: int) -> bool:
-        """Whether row `row` produced a complete JSON value (its grammar accepted it)."""
-        m = self.matchers[row]
-        return m is not None and (m.is_terminated() or m.is_completed())

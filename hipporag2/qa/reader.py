@@ -165,10 +165,10 @@ def run_qa(cfg, llm, queries, corpus, results, run_dir) -> Dict:
     fmt = getattr(cfg.qa, "answer_format", "marker")
     contexts: List[List[int]] = [list(r.ranked[:top_k]) for r in results]
     prompt = reader_prompt_of(cfg)
-    # a retriever that reads other units than passages (RAPTOR's tree nodes) hands the
-    # reader its own (title, text) context; passages go as their strings (`title\ntext`)
-    texts = [[tuple(c) for c in r.details["reader_context"]] if "reader_context" in r.details else
-             [corpus.passages[i].string for i in ctx] for r, ctx in zip(results, contexts)]
+    # what each result says the reader reads: its passages' strings (`title\ntext`), or
+    # a retriever's own (title, text) context (RAPTOR's tree nodes)
+    strings = corpus.strings
+    texts = [r.reader_input(top_k, strings) for r in results]
     answers = answer_questions(cfg, llm, [q.question for q in queries], texts, checkpoint_dir=run_dir, prompt=prompt)
     rows, ems, f1s = [], [], []
     no_marker = failures = 0

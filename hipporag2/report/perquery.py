@@ -84,10 +84,9 @@ def per_query(run: Run, metric: str) -> Dict[str, float]:
     k = int(metric.split("@")[1])
     gold = load_gold(run)
     out = {}
-    for row in run.rows():
-        qid = str(row["id"])
-        ranked = [gold.strings.get(int(r["corpus_idx"]), "") for r in row["ranked"]]
-        out[qid] = recall_at_k(gold.passages.get(qid, []), ranked, k)
+    for r in run.results():
+        ranked = [gold.strings.get(i, "") for i in r.passage_ids]
+        out[r.query_id] = recall_at_k(gold.passages.get(r.query_id, []), ranked, k)
     return out
 
 

@@ -15,6 +15,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import yaml
 
+from hipporag2.results import QueryResult
+
 # Settings that name where things go, not what a run computes.
 NON_SETTINGS = ("run_dir", "cache_dir", "progress", "data_dir", "openie.import_path", "openie.output_path", "dataset.description")
 # Methods that use no embedding model (so the encoder is not part of their identity).
@@ -151,6 +153,10 @@ class Run:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 return float(v)
         return None
+
+    def results(self) -> List[QueryResult]:
+        """retrieval.jsonl, typed (`passage_ids` names the ranked passages)."""
+        return [QueryResult.from_json(row) for row in self.rows()]
 
     def rows(self, name: str = "retrieval.jsonl") -> List[Dict[str, Any]]:
         path = self.path / name

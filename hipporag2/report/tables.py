@@ -377,7 +377,7 @@ def table_pivot(
                      "averages (ours: the run's questions; the paper's: 1,000 per dataset, LV-Eval 124, NarrativeQA 293).")
     if missing is not None:
         notes.append("not run (X): a row of the paper's table that no run here stands for, with the paper's number X "
-                     "(the structure-augmented baselines RAPTOR, GraphRAG and LightRAG are not in this harness yet).")
+                     "(a system this harness does not run, or a row whose runs are not in the folders given).")
     if duplicates:
         notes.append(f"{duplicates} cells had more than one run; the latest was used.")
     return Table(name, title, frame, data, notes=notes, provenance=provenance_lines(runs))
@@ -462,7 +462,9 @@ def table_cost(runs: Sequence[Run], ctx: Context, out_dir: Optional[Path] = None
     notes = [
         "Cells: ours (paper). Indexing = OpenIE + index build (+ passage embedding for dense), wall clock; "
         "tokens are the LLM's OpenIE usage in this run (0 when OpenIE came from the cache or an import file); "
-        "seconds per query = the retrieval stage / questions. The paper's 9.9 GB of extra GPU memory is not measured here.",
+        "seconds per query = the retrieval stage / questions. The paper's 9.9 GB of extra GPU memory is not measured here. "
+        "Baselines (RAPTOR, LightRAG) report their own counters (metrics.json `table12`): their indexing LLM's tokens "
+        "(a fresh build's, also when the index came from the cache), build time, and (retrieval + reading) / questions.",
     ]
     return Table(name, title, frame, data, notes=notes, provenance=provenance_lines(runs))
 

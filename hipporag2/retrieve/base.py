@@ -1,18 +1,10 @@
-"""What every retriever returns, and the interface of the recognition-memory filter."""
+"""The interface of the recognition-memory filter, and the empty retriever; every
+retriever returns `results.QueryResult`s."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Protocol, Sequence, Tuple
+from typing import List, Protocol, Sequence, Tuple
 
-
-@dataclass
-class RetrievalResult:
-    query_id: str
-    # Passage indices (index order = unique corpus order), best first.
-    ranked: List[int]
-    scores: List[float]
-    # Extra per-query information written to retrieval.jsonl (facts, seeds, fallback).
-    details: Dict[str, Any] = field(default_factory=dict)
+from hipporag2.results import QueryResult
 
 
 class FactFilter(Protocol):
@@ -43,6 +35,6 @@ class NoRetrieval:
     from the question alone (the "None" row of the paper's Tables 2 and 8). Recall of
     such a run is 0 by construction; its numbers are the reader's."""
 
-    def retrieve(self, queries) -> List[RetrievalResult]:
-        return [RetrievalResult(q.id, [], [], {}) for q in queries]
+    def retrieve(self, queries) -> List[QueryResult]:
+        return [QueryResult(q.id, [], []) for q in queries]
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from hipporag2.config import RetrievalConfig
 from hipporag2.data.loaders import Query
-from hipporag2.retrieve.base import RetrievalResult
+from hipporag2.results import QueryResult
 from hipporag2.retrieve.scoring import rank_desc
 
 
@@ -22,7 +22,7 @@ class BM25Retriever:
         self.model.index(bm25s.tokenize(list(passages), stopwords="en", stemmer=self.stemmer, show_progress=False), show_progress=False)
         self.n = len(passages)
 
-    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+    def retrieve(self, queries: Sequence[Query]) -> List[QueryResult]:
         import bm25s
 
         out = []
@@ -33,5 +33,5 @@ class BM25Retriever:
             words = [inv[i] for i in tokens.ids[0]]
             scores = np.asarray(self.model.get_scores(words), dtype=np.float64) if words else np.zeros(self.n)
             order = rank_desc(scores, self.cfg.retrieval_top_k)
-            out.append(RetrievalResult(q.id, order.tolist(), [float(scores[i]) for i in order], {}))
+            out.append(QueryResult(q.id, order.tolist(), [float(scores[i]) for i in order]))
         return out

@@ -1,9 +1,8 @@
 """Building the retriever a config names, from whatever the caller has indexed.
 
-`hipporag2.registry.RETRIEVERS` maps each `retrieval.method` to one builder here; the
-CLI pipeline and the library (`hipporag2.api`) both call `build_retriever`, so a
-method behaves the same whichever way it is run. A new method = one builder function
-(and its retriever class) registered there, plus one configs/retrieval/*.yaml.
+`hipporag2.registry.RETRIEVERS` maps each `retrieval.method` to one builder here (a new
+method: a builder registered there, plus one configs/retrieval/*.yaml);
+`build_retriever` is the one way every client builds one.
 """
 from __future__ import annotations
 
@@ -31,12 +30,9 @@ class RetrieverParts:
 
 def unread_embeddings(cfg: Config) -> Tuple[str, ...]:
     """The index's embedding matrices (`graph.store.EMB_NAMES`) that the configured
-    graph retriever never reads: the pipeline defers their checksums to a first read
-    (`graph.store.load_index(defer=...)`), so a HippoRAG 2 run does not hash the
-    phrase embeddings (a third of the index's bytes) it has no use for. A matrix named
-    here that is read after all is still checked before its content is returned.
-    Passages are read by every graph method (dense scores); facts by triple linking;
-    phrases by node and NER linking."""
+    graph retriever never reads, whose checksums the pipeline defers to a first read
+    (`graph.store.load_index(defer=...)`): facts serve triple linking, phrases node
+    and NER linking, passages every graph method."""
     linking = cfg.retrieval.linking
     if linking == "query_to_triple":
         return ("phrase",)
@@ -71,12 +67,10 @@ def graph_retriever(parts: RetrieverParts):
         from hipporag2.openie.query_ner import build_query_ner
 
         query_ner = build_query_ner(cfg, parts.llm.get())
-    retriever = GraphRetriever(parts.index, parts.store, cfg.retrieval, fact_filter, query_ner, progress=cfg.progress)
-    if getattr(cfg.retrieval, "fusion", "none") == "rrf":
-        from hipporag2.retrieve.fused_retriever import FusedRetriever
+    from hipporag2.registry import FUSIONS
 
-        return FusedRetriever(retriever, bm25_retriever(parts), cfg.retrieval)
-    return retriever
+    retriever = GraphRetriever(parts.index, parts.store, cfg.retrieval, fact_filter, query_ner, progress=cfg.progress)
+    return FUSIONS.load(cfg.retrieval.fusion)(retriever, parts)
 
 
 def dense_retriever(parts: RetrieverParts):

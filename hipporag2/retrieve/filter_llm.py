@@ -1,18 +1,10 @@
-"""Recognition memory (SPEC §3.3): an LLM keeps the candidate facts relevant to a question.
-
-Three parts, each its own module, chosen in config:
-- the program (`retrieval.filter_program`, hipporag2.retrieve.filter_program): the
-  authors' tuned DSPy program by default (`reference`), our own (`own`) or a file;
-- the messages (hipporag2.retrieve.filter_messages): the reference's, byte for byte,
-  with DSPy's chat-format text taken from DSPy at run time;
-- the reading of the reply and the mapping to candidates (`retrieval.filter_parse`,
-  hipporag2.retrieve.filter_parse): the reference's by default, or our lenient one.
-
-Generation as the reference's filter call: at most `retrieval.filter_max_new_tokens`
-(512, the reference's completion limit) new tokens. A reply with no readable fact, or a
-failed call, keeps nothing; the retriever then falls back to the dense ranking
-(SPEC §3.4), as the reference does. Replies are counted by outcome in `stats`
-(metrics.json `filter_stats`), the program's name and hash in `program_info`.
+"""Recognition memory (SPEC §3.3): an LLM keeps the candidate facts relevant to a question,
+from a program (`filter_program`), in the reference's messages (`filter_messages`), its
+reply read by a `filter_parse` rule, in at most `retrieval.filter_max_new_tokens` new
+tokens. A reply with no readable fact, or a failed call, keeps nothing: the query falls
+back to the dense ranking (SPEC §3.4), as the reference's does. Replies are counted by
+outcome in `stats` (metrics.json `filter_stats`), the program's name and hash in
+`program_info`.
 """
 from __future__ import annotations
 
@@ -21,29 +13,9 @@ import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hipporag2.llm.base import ChatRequest
-from hipporag2.retrieve.filter_messages import ChatTemplate, facts_json
-from hipporag2.retrieve.filter_messages import build_messages as _render
-from hipporag2.retrieve.filter_parse import (  # noqa: F401 - re-exported for callers
-    OUTCOMES,
-    ReplyReader,
-    answer_section,
-    closest_candidates,
-    map_to_candidates,
-    parse_filter_answer,
-    parse_reference,
-    reply_reader,
-)
-from hipporag2.retrieve.filter_program import (  # noqa: F401 - re-exported for callers
-    DEFAULT_PROGRAM,
-    DEFAULT_FIELD_DESCRIPTIONS,
-    INPUT_FIELDS,
-    OUTPUT_FIELD,
-    OWN_PROGRAM,
-    FilterProgram,
-    load_program,
-    program_from_dict,
-    render_system,
-)
+from hipporag2.retrieve.filter_messages import ChatTemplate, build_messages
+from hipporag2.retrieve.filter_parse import OUTCOMES, ReplyReader, reply_reader
+from hipporag2.retrieve.filter_program import FilterProgram, load_program
 
 log = logging.getLogger("hipporag2.filter")
 
@@ -73,13 +45,6 @@ def fact_schema(candidates: Sequence[Sequence[str]]) -> str:
     )
 
 
-def build_messages(program: FilterProgram, question: str, candidates: Sequence[Sequence[str]],
-                   template: Optional[ChatTemplate] = None) -> Tuple[Tuple[str, str], ...]:
-    """The request's messages (hipporag2.retrieve.filter_messages); the template is
-    DSPy's chat format for the program's output type unless given."""
-    return _render(program, template or ChatTemplate.from_dspy(), question, candidates)
-
-
 class LLMFactFilter:
     name = "llm"
 
@@ -104,7 +69,7 @@ class LLMFactFilter:
         return {**self.program.describe(), "chat_format": self.template.source}
 
     def messages(self, question: str, candidates: Sequence[Sequence[str]]) -> Tuple[Tuple[str, str], ...]:
-        return _render(self.program, self.template, question, candidates)
+        return build_messages(self.program, question, candidates, self.template)
 
     def select(self, questions: Sequence[str], candidates: Sequence[Sequence[Tuple[str, str, str]]]) -> List[List[int]]:
         out: List[List[int]] = [[] for _ in questions]

@@ -1,25 +1,18 @@
-"""The chat messages of one filter request, as the reference implementation sends them.
+"""The chat messages of one filter request, as the reference implementation sends them:
+the program's system message; each demo as a user turn (question and candidates under
+DSPy's field headers) and an assistant turn (its kept facts); then the question as a
+user turn, with the candidates as `json.dumps({"fact": [[s, p, o], ...]})`.
 
-The reference's DSPyFilter sends: the program's rendered system message; each demo as
-a user turn (its question and candidate facts under DSPy's field headers, then DSPy's
-reminder of the output field and the completed marker) and an assistant turn (the
-demo's kept facts under the output header, then the completed marker); then the
-question as a user turn of the same shape, with the candidates as
-`json.dumps({"fact": [[s, p, o], ...]})` (Python's default separators and ASCII
-escapes).
-
-The fixed protocol text (headers, separators, the reminder naming the output type `Fact`)
-belongs to DSPy's chat format, so it is not written here: `ChatTemplate.from_dspy`
-asks DSPy's own `ChatAdapter`, at run time, to format a user and an assistant turn of
-the program's signature around sentinel values, and keeps the text around them.
-DSPy's user turn is then exactly the reference's. DSPy's assistant turn ends with a
-newline that the reference's does not; the template drops that one character.
+The protocol text around the values belongs to DSPy's chat format, so it is not written
+here: `ChatTemplate.from_dspy` has DSPy's own `ChatAdapter` format both turns around
+sentinel values at run time and keeps the text around them (less the newline that
+ends DSPy's assistant turn and not the reference's).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from hipporag2.retrieve.filter_program import INPUT_FIELDS, OUTPUT_FIELD, FilterProgram, ProgramError
 
@@ -100,9 +93,10 @@ def facts_json(facts: Sequence[Sequence[str]]) -> str:
     return json.dumps({"fact": [list(f) for f in facts]})
 
 
-def build_messages(
-    program: FilterProgram, template: ChatTemplate, question: str, candidates: Sequence[Sequence[str]]
-) -> Tuple[Tuple[str, str], ...]:
+def build_messages(program: FilterProgram, question: str, candidates: Sequence[Sequence[str]],
+                   template: Optional[ChatTemplate] = None) -> Tuple[Tuple[str, str], ...]:
+    """The request's messages; the template is DSPy's chat format unless given."""
+    template = template or ChatTemplate.from_dspy()
     msgs: List[Tuple[str, str]] = [("system", program.system)]
     for demo in program.demos:
         msgs.append(("user", template.user(demo["question"], demo["fact_before_filter"])))

@@ -127,19 +127,13 @@ def closest_candidates(facts: Sequence[Sequence[Any]], candidates: Sequence[Sequ
 
 # ---- lenient ---------------------------------------------------------------------------
 
-def answer_section(text: str) -> str:
-    """The output field's text: after its marker (anywhere), before the next marker."""
-    marker = f"[[ ## {OUTPUT_FIELD} ## ]]"
-    start = text.find(marker)
-    if start >= 0:
-        text = text[start + len(marker):]
-    end = text.find("[[ ##")
-    return text[:end] if end >= 0 else text
-
-
 def parse_filter_answer(text: str):
-    """Lenient reading: `ParseResult(facts, ok, reason)` of `hipporag2.openie.parse`."""
-    return parse_triples(answer_section(text or ""), keys=("fact", "facts"))
+    """Lenient reading of the output field's text (after its marker, anywhere, before the
+    next marker): `ParseResult(facts, ok, reason)` of `hipporag2.openie.parse`."""
+    text, marker = text or "", f"[[ ## {OUTPUT_FIELD} ## ]]"
+    text = text[text.find(marker) + len(marker):] if marker in text else text
+    end = text.find("[[ ##")
+    return parse_triples(text[:end] if end >= 0 else text, keys=("fact", "facts"))
 
 
 def parse_lenient(text: str) -> ParsedReply:

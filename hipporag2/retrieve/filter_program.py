@@ -31,7 +31,6 @@ from hipporag2.errors import ConfigError
 log = logging.getLogger("hipporag2.filter")
 
 OWN_PROGRAM = Path(__file__).resolve().parent.parent / "resources" / "filter_program.json"
-DEFAULT_PROGRAM = OWN_PROGRAM  # kept for callers that named the old constant
 
 REFERENCE_DIST = "hipporag"
 REFERENCE_VERSION = "2.0.0a4"
@@ -108,12 +107,6 @@ def _find_predictor(data: Any) -> Optional[Dict]:
     return None
 
 
-def _as_fact_string(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
 _OUTPUT_TYPE = re.compile(r"`" + OUTPUT_FIELD + r"` \((\w+)\)")
 
 
@@ -133,7 +126,8 @@ def program_from_dict(data: Any, path: str = "", name: str = "") -> FilterProgra
         if not isinstance(demo, dict) or any(k not in demo for k in (*INPUT_FIELDS, OUTPUT_FIELD)):
             log.warning("%s: demo %d lacks question/fact_before_filter/fact_after_filter; skipped", path, i)
             continue
-        demos.append({k: _as_fact_string(demo[k]) if k != "question" else str(demo[k]) for k in (*INPUT_FIELDS, OUTPUT_FIELD)})
+        demos.append({k: str(demo[k]) if k == "question" or isinstance(demo[k], str) else json.dumps(demo[k], ensure_ascii=False)
+                      for k in (*INPUT_FIELDS, OUTPUT_FIELD)})
     system = pred.get("system")
     if not isinstance(system, str) or not system.strip():
         if not instructions:

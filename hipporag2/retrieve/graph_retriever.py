@@ -2,18 +2,10 @@
 
 Per query: link the query to phrase nodes (query-to-triple + recognition memory by
 default), seed phrases and passages (`seeds`), run Personalized PageRank, rank passages
-by their PPR probability. Queries are processed in blocks so the PPR solver can solve
-many reset vectors at once; `damping` and `passage_node_weight` enter only in the
-resets and the solver call, so a sweep re-runs only this module.
-
-What a query costs besides its PPR is kept small: the candidate facts come from one
-pass over the raw fact scores (`min_max_top_k`, the same candidates, scores and ties
-as normalising and sorting all of them), made in bounded pieces on large indexes
-(`min_max_top_k_product`), passages are ranked by partial selection, and the resets
-and PPR answers of a block are made in pieces of what the solver takes at once (resets
-as CSR rows, answers in one reused array), so no q x nodes temporary is built; with
-the batched solver no igraph graph is built either, and its preparation is loaded
-from the index folder (`ppr/store.py`).
+by their PPR probability. Queries go in blocks so the PPR solver solves many resets at
+once, each block in pieces of what the solver takes (resets as CSR rows, answers in one
+reused array); `damping` and `passage_node_weight` enter only in the resets and the
+solver call, so a sweep re-runs only this module.
 """
 from __future__ import annotations
 
@@ -30,7 +22,8 @@ from hipporag2.graph.build import CONTEXT, drop_edge_kind, to_igraph
 from hipporag2.graph.store import Index
 from hipporag2.retrieve import instructions as ins
 from hipporag2.retrieve import seeds as seeding
-from hipporag2.retrieve.base import FactFilter, NoFilter, RetrievalResult
+from hipporag2.retrieve.base import FactFilter, NoFilter
+from hipporag2.results import QueryResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
 from hipporag2.retrieve.scoring import min_max, min_max_rows, min_max_top_k_product, rank_desc
 from hipporag2.text import normalise_phrase
@@ -72,6 +65,9 @@ class GraphRetriever:
                 "passage -> fact table (made by an older hipporag2): rebuild it, or set retrieval.v1_scoring=spec"
             )
         self.with_passage_nodes = cfg.passage_nodes and cfg.method != "hipporag1"
+        from hipporag2.registry import LINKING
+
+        self._linking = LINKING.load(cfg.linking)  # one of the link_* methods below
         if cfg.linking == "ner_to_node" and query_ner is None:
             raise ValueError("retrieval.linking=ner_to_node needs query NER from an LLM (set llm=...)")
         edges = index.edges if self.with_passage_nodes else drop_edge_kind(index.edges, CONTEXT)
@@ -109,8 +105,8 @@ class GraphRetriever:
             return legacy_passage_scores(*self.fact_chain, phrase_ppr)
         return self.passage_phrase @ phrase_ppr
 
-    # ---- linking (the embeddings here, the seeds in `seeds`) ---------------------------
-    def _link_facts(self, questions: Sequence[str]) -> List[seeding.Link]:
+    # ---- linking (registry LINKING; the embeddings here, the seeds in `seeds`) -------
+    def link_facts(self, questions: Sequence[str]) -> List[seeding.Link]:
         idx, cfg = self.index, self.cfg
         if len(idx.facts) == 0:
             return [([], {"candidate_facts": [], "kept_facts": []}) for _ in questions]
@@ -122,7 +118,7 @@ class GraphRetriever:
                                   self.passages_per_phrase, self.fact_filter.select, cfg.linking_top_k,
                                   cfg.node_specificity)
 
-    def _link_nodes(self, questions: Sequence[str]) -> List[seeding.Link]:
+    def link_nodes(self, questions: Sequence[str]) -> List[seeding.Link]:
         """query_to_node: the query embedding against phrase nodes; top linking_top_k."""
         idx, cfg = self.index, self.cfg
         q = self.store.embed(list(questions), instruction=ins.QUERY_TO_PHRASE, desc="embed queries (phrase)", progress=self.progress)
@@ -130,7 +126,7 @@ class GraphRetriever:
         return seeding.link_nodes(scores, idx.phrases, self.passages_per_phrase, cfg.linking_top_k,
                                   self.uniform_seeds, cfg.node_specificity)
 
-    def _link_ner(self, questions: Sequence[str]) -> List[seeding.Link]:
+    def link_ner(self, questions: Sequence[str]) -> List[seeding.Link]:
         """ner_to_node: each query entity is linked to its nearest phrase node."""
         idx = self.index
         entities = self.query_ner(list(questions))
@@ -144,13 +140,6 @@ class GraphRetriever:
         return seeding.link_ner(entities, sims, idx.phrases, self.passages_per_phrase, self.v1_legacy,
                                 self.uniform_seeds, self.cfg.node_specificity)
 
-    def _link(self, questions):
-        if self.cfg.linking == "query_to_triple":
-            return self._link_facts(questions)
-        if self.cfg.linking == "query_to_node":
-            return self._link_nodes(questions)
-        return self._link_ner(questions)
-
     # ---- retrieval -----------------------------------------------------------------
     def link_and_dense(self, queries: Sequence[Query]) -> Tuple[np.ndarray, List[Tuple[List[Tuple[int, float]], Dict]]]:
         """The parts of retrieval that do not depend on damping or passage_node_weight:
@@ -158,11 +147,11 @@ class GraphRetriever:
         [(phrase_idx, weight)], details) from linking (and the fact filter, if any)."""
         questions = [q.question for q in queries]
         dense = dense_scores(self.store, self.index.passage_emb, questions, self.progress)
-        return dense, self._link(questions)
+        return dense, self._linking(self, questions)
 
-    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+    def retrieve(self, queries: Sequence[Query]) -> List[QueryResult]:
         cfg = self.cfg
-        results: List[RetrievalResult] = []
+        results: List[QueryResult] = []
         for start in range(0, len(queries), cfg.query_batch_size):
             block = queries[start : start + cfg.query_batch_size]
             dense, links = self.link_and_dense(block)
@@ -175,7 +164,7 @@ class GraphRetriever:
                 results.append(res)
         return results
 
-    def _graph_results(self, block: Sequence[Query], dense: np.ndarray, links) -> Dict[int, RetrievalResult]:
+    def _graph_results(self, block: Sequence[Query], dense: np.ndarray, links) -> Dict[int, QueryResult]:
         """Results by PPR for the rows of a block that seed the graph (the others fall
         back to dense, SPEC §3.4). Resets are written piece by piece (as many queries as
         the solver runs at once) into one reused array, and each answer is ranked as
@@ -194,7 +183,7 @@ class GraphRetriever:
                 rows.append(r)
                 pseeds[r] = ps
         piece = max(1, self.solver.batch_size)
-        out: Dict[int, RetrievalResult] = {}
+        out: Dict[int, QueryResult] = {}
         for s in range(0, len(rows), piece):
             part = rows[s : s + piece]
             R = seeding.reset_rows([links[r][0] for r in part], [pseeds[r] for r in part], n_phr, n)
@@ -211,7 +200,7 @@ class GraphRetriever:
 
 
 def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], dense_row: np.ndarray,
-                 top_k: int, uniform: bool = False) -> RetrievalResult:
+                 top_k: int, uniform: bool = False) -> QueryResult:
     """One query's ranked passages: by its PPR passage scores, or, when it had no PPR,
     by its dense scores (the fallback of SPEC §3) or, with `uniform` (HippoRAG 1 as the
     legacy code runs it), by one equal score for every passage, which our tie rule
@@ -219,15 +208,15 @@ def query_result(query_id: str, link, idx: Index, scores: Optional[np.ndarray], 
     the details; `fallback` is true for both. Shared by `retrieve` and the sweep, so a
     sweep point's rows equal a run's."""
     seeds, details = link
-    details = dict(details)
-    details["seed_phrases"] = [[idx.phrases[i], float(w)] for i, w in seeds]
-    details["fallback"] = scores is None
+    fallback = None
     if scores is None:
-        details["fallback_ranking"] = "uniform" if uniform else "dense"
+        fallback = "uniform" if uniform else "dense"
         scores = np.full(idx.n_passages, 1.0 / max(idx.n_passages, 1)) if uniform else dense_row
     order = rank_desc(scores, top_k)
     # .tolist() gives each score as float() of it would: one call instead of 200
-    return RetrievalResult(query_id, order.tolist(), np.asarray(scores)[order].tolist(), details)
+    return QueryResult(query_id, order.tolist(), np.asarray(scores)[order].tolist(), **details,
+                       seed_phrases=[(idx.phrases[i], float(w)) for i, w in seeds], fallback=fallback is not None,
+                       fallback_ranking=fallback)
 
 
 def legacy_query_entities(entities: Sequence) -> List[str]:
@@ -274,10 +263,10 @@ class DenseRetriever:
     def __init__(self, passage_emb: np.ndarray, store: EmbeddingStore, cfg: RetrievalConfig, progress: bool = True):
         self.passage_emb, self.store, self.cfg, self.progress = passage_emb, store, cfg, progress
 
-    def retrieve(self, queries: Sequence[Query]) -> List[RetrievalResult]:
+    def retrieve(self, queries: Sequence[Query]) -> List[QueryResult]:
         dense = dense_scores(self.store, self.passage_emb, [q.question for q in queries], self.progress)
         out = []
         for q, row in zip(queries, dense):
             order = rank_desc(row, self.cfg.retrieval_top_k)
-            out.append(RetrievalResult(q.id, order.tolist(), [float(row[i]) for i in order], {}))
+            out.append(QueryResult(q.id, order.tolist(), [float(row[i]) for i in order]))
         return out

@@ -1,9 +1,7 @@
 """Small numeric rules that every retriever shares (SPEC §3).
 
 `rank_desc` with a cut and `min_max_top_k` give exactly what sorting everything would
-(the same indices, ties and scores), by partial selection: a query needs the top 5 of
-~147k fact scores and the top 200 of ~12k passage scores, not a full sort of either
-(17 ms per query for the facts at MuSiQue size).
+(the same indices, ties and scores), by partial selection.
 """
 from __future__ import annotations
 
@@ -12,9 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# rows x columns below which `min_max_top_k` uses numpy (same answer): the compiled pass
-# saves milliseconds there, and loading numba costs a process seconds (on the loaded
-# shared machine 2-4 s: the import, then its first kernel); from there on, two threads
+# rows x columns below which `min_max_top_k` uses numpy (same answer), sparing a small
+# run numba's start-up; from there on, the compiled pass in two threads
 PARALLEL_MIN = 1 << 21
 # bytes of raw scores one piece of `min_max_top_k_product` may fill
 SCORE_BYTES = 32 << 20
@@ -50,9 +47,7 @@ def min_max_rows(x: np.ndarray) -> np.ndarray:
 def _min_max_rows_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """`min_max_rows(x)` written into `out` (which may be x itself): the same float
     operations per entry, (x - lo) / span in x's dtype and ones where span is not > 0
-    (a constant row, or NaN), without the temporaries of x's size that gathering the
-    good rows made (four fresh 7 MB arrays for a block of the shared set's fact scores,
-    each page-faulted in: more than the arithmetic)."""
+    (a constant row, or NaN), without temporaries of x's size."""
     lo = x.min(axis=1, keepdims=True)
     span = x.max(axis=1, keepdims=True) - lo
     ok = span[:, 0] > 0
@@ -143,23 +138,13 @@ def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | No
                           chunk_bytes: int = CHUNK_BYTES) -> tuple[np.ndarray, np.ndarray]:
     """`min_max_top_k` of q @ emb.T, in bounded memory when the block is large.
 
-    When a block's scores fit `score_piece_rows`' budget (the shared MuSiQue set: 17k
-    facts, up to ~470 queries) this is one product, q @ emb.T, as before. Otherwise
-    the queries go `rows` at a time (default: 32 MB of scores) and each piece's
-    scores are made chunk by chunk of `chunk_bytes` of embedding rows. The chunk's
-    scores of a group of pieces (up to 32 MB) are folded into each row's running
-    min, max and top candidates as they are made (`min_max_top_k_streamed`), so each chunk
-    of embeddings is read once per group, not once per piece, and no row's scores are
-    kept whole. At MuSiQue scale that is 22 MB of scores + 32 MB of embeddings instead
-    of 150 MB of scores (256 queries x 147k facts) + 225 MB of embeddings.
-
-    A float32 matrix product rounds an entry differently with the shape of the call
-    (measured with this machine's OpenBLAS: 4-17% of entries change in the last bit
-    when a 256-query block is split by rows or by columns, and a row's scores depend
-    on its position in the call), so in the piecewise case the scores are those of
-    these pieces and chunks: deterministic for a given order of queries, within
-    float32 rounding of one product's (the reference scores one query at a time, a
-    matrix-vector product that rounds differently again).
+    When a block's scores fit `score_piece_rows`' budget this is one product, q @ emb.T.
+    Otherwise the queries go `rows` at a time and each piece's scores are made chunk by
+    chunk of `chunk_bytes` of embedding rows, folded into each row's running min, max
+    and top candidates as they are made (`min_max_top_k_streamed`), so no row's scores
+    are kept whole. A float32 product rounds an entry differently with the shape of the
+    call, so the piecewise scores are those of these pieces and chunks: deterministic
+    for a given order of queries, within float32 rounding of one product's.
     """
     q = np.atleast_2d(np.asarray(q))
     E = emb

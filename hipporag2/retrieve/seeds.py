@@ -71,12 +71,6 @@ def weigh_phrases(phrases: Sequence[int], scores: Sequence[float], passages_per_
     return list(out.items()) if uniform else out
 
 
-def uniform_phrase_seeds(phrases: Sequence[int], passages_per_phrase: Sequence[int],
-                         node_specificity: bool = True) -> Seeds:
-    """HippoRAG 1: each linked phrase gets 1 (divided by its passage count)."""
-    return weigh_phrases(phrases, [1.0] * len(phrases), passages_per_phrase, True, node_specificity)
-
-
 # ---- the three linkings -------------------------------------------------------------
 def link_facts(questions: Sequence[str], top: np.ndarray, top_scores: np.ndarray, facts, phrases, phrase_index,
                passages_per_phrase, select: SelectFacts, top_k: int, node_specificity: bool = True) -> List[Link]:
@@ -93,11 +87,11 @@ def link_facts(questions: Sequence[str], top: np.ndarray, top_scores: np.ndarray
         kept_scores = [cand_scores[k] for k in kept]  # float32 scores, as the seeds divide them
         weights = phrase_weights_from_facts([cand_facts[k] for k in kept], kept_scores, phrase_index,
                                             passages_per_phrase, node_specificity)
-        details = {
-            "candidate_facts": [[list(f), s] for f, s in zip(cand_facts, floats)],
-            "kept_facts": [[list(cand_facts[k]), floats[k]] for k in kept],
+        details = {  # `results.QueryResult` fields
+            "candidate_facts": list(zip(cand_facts, floats)),
+            "kept_facts": [(cand_facts[k], floats[k]) for k in kept],
             # before the top-k cut, so ties at the cut can be seen in the output
-            "phrase_weights": [[phrases[i], float(w)] for i, w in weights],
+            "phrase_weights": [(phrases[i], float(w)) for i, w in weights],
         }
         out.append((weights[:top_k], details))
     return out

@@ -291,14 +291,13 @@ class BatchedSolver:
         returns the true residual r of the iterate it read, so the stopping rule is
         checked exactly and the answer is that iterate plus r. If the interval was wrong
         and the steps run out, `_polish` finishes. Column k is done at ||D^1/2 r||_1 <= limit[k]."""
-        b = ws.b
+        b, x, x_prev, r = ws.b, ws.x, ws.x_prev, ws.r  # r: scratch before and after the steps (no temporaries)
         beta = self.components.T @ b
-        b -= self._comp_val[:, None] * beta[self._comp_of]  # V beta as a gather
+        b -= np.multiply(self._comp_val[:, None], np.take(beta, self._comp_of, axis=0, out=r), out=r)  # V beta
         lo, hi = self.interval()
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
-        l1 = self._l1(b)
-        x, x_prev, r = ws.x, ws.x_prev, ws.r
+        l1 = self.sqrt_deg @ np.abs(b, out=r)  # _l1(b), r as scratch
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
         else:
@@ -317,7 +316,7 @@ class BatchedSolver:
                 omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
             else:
                 x = self._polish(x, b, d, limit)
-        x += self._comp_val[:, None] * (beta / (1.0 - d))[self._comp_of]
+        x += np.multiply(self._comp_val[:, None], np.take(beta / (1.0 - d), self._comp_of, axis=0, out=r), out=r)
         return x
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:

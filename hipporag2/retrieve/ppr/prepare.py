@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-# rows of one column panel of S: its gathered rows of a block fill about this many bytes
-PANEL_BYTES = 4 << 20
+# rows of one column panel of S: its gathered rows of a block fill about this many bytes (part of
+# a saved preparation's key); with nodes in RCM order fewer, larger panels cost less (results/perf, round 7)
+PANEL_BYTES = 8 << 20
 # the block arrays of all threads together stay within this (`block_size_for`)
 WORKSPACE_BYTES = 256 << 20
 

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hipporag2.atomicio import fsync_dir, sha256_file
-from hipporag2.retrieve.ppr.prepare import Panels, PreparedGraph, prepare_graph, spectral_interval
+from hipporag2.retrieve.ppr.prepare import PANEL_BYTES, Panels, PreparedGraph, prepare_graph, spectral_interval
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,9 @@ ARRAYS = ("pos", "sqrt_deg", "S_indptr", "S_indices", "S_data", "panel_indptr", 
 
 
 def graph_key(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, block_size: int) -> str:
-    """Digest of what the preparation depends on: the edges, the block size, this format."""
+    """Digest of what the preparation depends on: the edges, the block size and panel bytes, this format."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps({"format": FORMAT, "n": int(n), "block_size": int(block_size)}).encode())
+    h.update(json.dumps({"format": FORMAT, "n": int(n), "block_size": int(block_size), "panel": PANEL_BYTES}).encode())
     for a in (src, dst):
         h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
     h.update(np.ascontiguousarray(weight, dtype=np.float64).tobytes())
