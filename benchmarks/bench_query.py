@@ -203,7 +203,7 @@ def child_query(folder: str, n_queries: int, ref_every: int, scale: float) -> di
     queries, vectors = synthetic_queries(index, n_queries)
     store = QueryVectors(queries, vectors)
     corpus = Corpus([Passage(title=p.split("\n")[0], text=p.split("\n", 1)[1], corpus_idx=i) for i, p in enumerate(index.passages)])
-    from hipporag2.result_lines import RetrievalLines
+    from hipporag2.files.result_lines import RetrievalLines
 
     lines = RetrievalLines(corpus)  # once per corpus, as a run's write makes it once
     setup = {}

@@ -17,7 +17,7 @@ exactly and up to near-ties in prpack's scores, 1e-12 x the top score).
 `--baseline-tree DIR` adds a third run per repeat, interleaved with the other two:
 the batched solver of another copy of the package (a folder holding `hipporag2/` and
 `configs/`, e.g. `git archive <commit> hipporag2 configs | tar -x -C DIR`, kernels warmed there with
-`python -m hipporag2.warm_kernels` run from DIR), started from DIR with this
+`python -m hipporag2.runtime.warm_kernels` run from DIR), started from DIR with this
 interpreter, so a change is measured against its parent under the same load. Its
 index must have the same key (the same index format) to reuse the cache.
 

@@ -16,7 +16,7 @@ The timers import `hipporag2.retrieve.graph_retriever` (and with it scipy.sparse
 before the run starts, so `retrieval_setup` here leaves out that import on both sides;
 `bench_shared` measures it. The baseline tree is a folder holding `hipporag2/` and
 `configs/` (`git archive <commit> hipporag2 configs | tar -x -C DIR`, kernels warmed
-there with `python -m hipporag2.warm_kernels` run from DIR).
+there with `python -m hipporag2.runtime.warm_kernels` run from DIR).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ PARTS = (
     ("hipporag2.retrieve.graph_retriever", "_graph_results", "GraphRetriever"),
     ("hipporag2.retrieve.graph_retriever", "query_result", None),
     ("hipporag2.retrieve.graph_retriever", "reset_rows", None),
-    ("hipporag2.run_files", "append", "RetrievalFile"),  # retrieval.jsonl, block by block
+    ("hipporag2.files.run_files", "append", "RetrievalFile"),  # retrieval.jsonl, block by block
     ("hipporag2.pipeline", "checkpoint_block", None),  # older trees: checkpoint, then the final file
     ("hipporag2.pipeline", "write_retrieval_jsonl", None),
 )

@@ -46,11 +46,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.config import Config, ConfigError, validate
 from hipporag2.data.loaders import Corpus, Query, passage_of_string
 from hipporag2.results import QAReport, QueryResult
-from hipporag2.stagetime import StageClock, StageTime
+from hipporag2.runtime.stagetime import StageClock, StageTime
 
 log = logging.getLogger("hipporag2")
 
@@ -146,7 +146,7 @@ class HippoRAG:
         checkpoint a rerun resumes from), then the `retrieval.max_fallback_rate` gate.
         Returns (results in question order, how many a previous process had finished)."""
         from hipporag2.gates import check_fallback_rate
-        from hipporag2.run_files import retrieve_into
+        from hipporag2.files.run_files import retrieve_into
         from hipporag2.stages import count_fallbacks, llm_stage_stats
 
         self._check_open()

@@ -46,7 +46,7 @@ def user_errors() -> Iterator[None]:
     the file, record and field) and exit status 2, not a traceback; so does a write the
     operating system refuses (no space, permission, read-only, a file in the way:
     `atomicio.StorageError` names the path and what was being written)."""
-    from hipporag2.atomicio import os_error_line
+    from hipporag2.files.atomicio import os_error_line
     from hipporag2.gates import GateError
 
     try:
@@ -89,7 +89,7 @@ class RedactSweepFiles(Callback):
         os.environ.pop(self.ENV, None)
 
     def _redact(self, config: DictConfig) -> None:
-        from hipporag2.redact import redact_file, register_key_env
+        from hipporag2.files.redact import redact_file, register_key_env
 
         sweep_dir = os.environ.get(self.ENV)
         if sweep_dir:
@@ -171,7 +171,7 @@ def main() -> None:
     SIGINT / SIGTERM end it with one line and exit status 130 / 143."""
     from hipporag2 import helptext
     from hipporag2.config_check import check_overrides
-    from hipporag2.interrupts import exit_on_signal
+    from hipporag2.runtime.interrupts import exit_on_signal
 
     argv = sys.argv[1:]
     if "--help-keys" in argv:

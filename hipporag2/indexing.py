@@ -22,7 +22,7 @@ from hipporag2.graph.store import Index, RowLayout
 from hipporag2.graph.triples import TripleStats
 from hipporag2.graph.update import Pairs, UpdateStats, empty_pairs, update_synonyms
 from hipporag2.openie.interchange import Extraction
-from hipporag2.stagetime import StageClock
+from hipporag2.runtime.stagetime import StageClock
 from hipporag2.text import fact_string, passage_id
 
 log = logging.getLogger(__name__)

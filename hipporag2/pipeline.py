@@ -21,14 +21,14 @@ from typing import Iterator, Optional, Sequence
 
 from filelock import FileLock, Timeout
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.api import HippoRAG
-from hipporag2.atomicio import crash_point
+from hipporag2.files.atomicio import crash_point
 from hipporag2.config import Config
 from hipporag2.evaluate.metrics import mean_recall
-from hipporag2.redact import install_log_redaction, redact_hydra_dir, register_key_env, url_has_credentials
+from hipporag2.files.redact import install_log_redaction, redact_hydra_dir, register_key_env, url_has_credentials
 from hipporag2.results import RunReport
-from hipporag2.run_files import RetrievalFile, retrieval_key, write_run
+from hipporag2.files.run_files import RetrievalFile, retrieval_key, write_run
 from hipporag2.stages import (  # noqa: F401 (re-exported)
     Inputs, LazyLLM, Timings, count_fallbacks, dataset_paths, get_index, get_openie, input_files, llm_failures, llm_stage_stats,
     load_dataset, load_inputs, make_retriever, provenance, run_report, write_json, write_jsonl,

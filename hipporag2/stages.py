@@ -28,8 +28,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from filelock import FileLock
 
-from hipporag2 import atomicio
-from hipporag2.atomicio import crash_point
+from hipporag2.files import atomicio
+from hipporag2.files.atomicio import crash_point
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 from hipporag2.data.inputs import check_input_paths
@@ -38,12 +38,12 @@ from hipporag2.evaluate.metrics import mean_recall
 from hipporag2.gates import check_has_facts, check_openie_coverage, fallback_rate
 from hipporag2.graph.store import Index, IndexCorrupt, index_exists, load_index, remove_index, save_index
 from hipporag2.indexing import build_index
-from hipporag2.interrupts import in_stage
+from hipporag2.runtime.interrupts import in_stage
 from hipporag2.openie.interchange import Extraction, import_openie
-from hipporag2.redact import redact, redact_obj
+from hipporag2.files.redact import redact, redact_obj
 from hipporag2.results import RunReport
 from hipporag2.results import QueryResult
-from hipporag2.stagekeys import corpus_digest, digest, file_digest, index_key
+from hipporag2.files.stagekeys import corpus_digest, digest, file_digest, index_key
 
 log = logging.getLogger("hipporag2")
 

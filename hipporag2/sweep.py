@@ -162,9 +162,9 @@ def check_point_gates(cfg: Config, grid: Dict[Point, List[QueryResult]], facts: 
 
 def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], out_dir: Path, overrides: Sequence[str]) -> Dict:
     from hipporag2.api import HippoRAG
-    from hipporag2.redact import install_log_redaction, redact_obj
+    from hipporag2.files.redact import install_log_redaction, redact_obj
     from hipporag2.results import RunReport
-    from hipporag2.run_files import write_results, write_run
+    from hipporag2.files.run_files import write_results, write_run
     from hipporag2.stages import run_report, write_json
 
     t_start = time.perf_counter()
@@ -259,7 +259,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     from hipporag2.cli import user_errors
     from hipporag2.config_check import check_overrides
-    from hipporag2.interrupts import exit_on_signal
+    from hipporag2.runtime.interrupts import exit_on_signal
 
     with exit_on_signal(), user_errors():
         for o in args.overrides:

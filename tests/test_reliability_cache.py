@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.embed.store import EmbeddingStore
 
 
@@ -218,7 +218,7 @@ class CountingRetriever:
 
 def test_checkpoint_resume_torn_tail_and_foreign_key(tmp_path):
     from hipporag2.data.loaders import Corpus, Passage, Query
-    from hipporag2.run_files import RetrievalFile, retrieve_into
+    from hipporag2.files.run_files import RetrievalFile, retrieve_into
     from hipporag2.stages import Timings
 
     queries = [Query(f"q{i}", f"question {i}") for i in range(7)]

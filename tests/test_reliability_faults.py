@@ -372,7 +372,7 @@ def test_every_artefact_kind_on_a_full_disk_keeps_its_last_whole_version(world, 
     small file system that the probe then fills to the last byte: rewriting each
     artefact raises StorageError naming it, and each still reads back as it was
     (checksums verified by the project's own readers), with no temp file left behind."""
-    from hipporag2 import atomicio
+    from hipporag2.files import atomicio
 
     mount = tmp_path / "fs"
     result = tmp_path / "probe.json"
@@ -404,7 +404,7 @@ def full_disk_probe(root: str, out: str) -> None:
     try to rewrite each artefact, and read each back with the project's readers."""
     import errno
 
-    from hipporag2 import atomicio
+    from hipporag2.files import atomicio
     from hipporag2.embed.store import EmbeddingStore
     from hipporag2.graph.store import load_index, save_index
     from hipporag2.llm.cache import CachedResponse, ResponseCache

@@ -105,7 +105,7 @@ def test_sweep_points_pass_the_fallback_gate_before_any_folder(tmp_path):
         assert report.recall_at(5) == point["recall@5"] and metrics["retrieval.damping"] == point["damping"]
         # written by the run's own writer: the report reads the point's config from metrics.json, no .hydra/
         from hipporag2.report.runs import load_run
-        from hipporag2.run_files import RETRIEVAL_SEMANTICS
+        from hipporag2.files.run_files import RETRIEVAL_SEMANTICS
 
         run = load_run(point["run_dir"])
         assert not (Path(point["run_dir"]) / ".hydra").exists() and metrics["retrieval_semantics"] == RETRIEVAL_SEMANTICS

@@ -1,4 +1,4 @@
-"""Ctrl-C and `kill` lose at most one checkpoint's work (hipporag2/interrupts.py).
+"""Ctrl-C and `kill` lose at most one checkpoint's work (hipporag2/runtime/interrupts.py).
 
 Real `python -m hipporag2.cli` processes get SIGINT or SIGTERM in the middle of a
 stage: while MiniLM embeds a 40-passage slice of the shared MuSiQue corpus, while

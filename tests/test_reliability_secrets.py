@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hipporag2.redact import (
+from hipporag2.files.redact import (
     RedactingFilter,
     install_log_redaction,
     redact,

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from hipporag2.cli import compose
 from hipporag2.evaluate.metrics import mean_recall
 from hipporag2.report.cli import main
-from hipporag2.stagekeys import file_digest
+from hipporag2.files.stagekeys import file_digest
 
 N_Q = 40  # questions; passage 2i is question i's gold, 2i+1 a distractor
 

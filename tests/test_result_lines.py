@@ -8,11 +8,11 @@ import json
 
 import numpy as np
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.data.loaders import Corpus, Passage, Query
-from hipporag2.result_lines import RetrievalLines
+from hipporag2.files.result_lines import RetrievalLines
 from hipporag2.results import QueryResult
-from hipporag2.run_files import RetrievalFile, write_results
+from hipporag2.files.run_files import RetrievalFile, write_results
 
 AWKWARD = ['Ünïcødé "quoted"', "back\\slash", "tab\tnew\nline\r", "ctrl\x01\x1f", "emoji \U0001F600", "", "a/b"]
 

@@ -121,7 +121,7 @@ def table_csv(t: ErrorTable) -> str:
 
 def write_analysis(view: RunView, out: Path, k: int = 5, name: str = "errors", command: str = "") -> ErrorTable:
     """Classify, then write NAME.jsonl, NAME.md and NAME.csv under `out`; returns the table."""
-    from hipporag2 import atomicio
+    from hipporag2.files import atomicio
 
     cases, n = classify_run(view, k)
     table = error_table(cases, n, k, view.filter_applied)
@@ -141,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=Path, help="folder for errors.{jsonl,md,csv} (default: the run folder)")
     p.add_argument("--name", default="errors", help="base name of the output files")
     args = p.parse_args(argv)
-    from hipporag2.atomicio import os_errors_exit
+    from hipporag2.files.atomicio import os_errors_exit
 
     with os_errors_exit():  # a full disk or read-only --out: one line, exit 2
         return _analyze(args, argv)

@@ -194,7 +194,7 @@ def compare_main(paths: Sequence[str], k: int, out: Optional[Path], name: Option
     """`hipporag2-report --compare A B`: exit 0, or 2 with one line when it cannot compare."""
     import sys
 
-    from hipporag2 import atomicio
+    from hipporag2.files import atomicio
     from hipporag2.registry import ANALYSES
     from hipporag2.report.runs import mixed_data, mixed_semantics
     from hipporag2.report.perquery import GoldUnavailable

@@ -32,7 +32,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from hipporag2.analysis.explain import explanation_text
     from hipporag2.registry import ANALYSES
     from hipporag2.analysis.figure import draw_explanation
-    from hipporag2 import atomicio
+    from hipporag2.files import atomicio
 
     out = args.out or args.run / "explain"
     with atomicio.os_errors_exit():  # a full disk or read-only --out: one line, exit 2

@@ -147,7 +147,7 @@ def open_run(run_dir: Path | str, cfg: Optional[Config] = None) -> RunView:
     the library has no `.hydra/` folder); by default it is read from `.hydra/`."""
     from hipporag2.data.loaders import load_corpus, load_queries
     from hipporag2.stages import dataset_paths
-    from hipporag2.stagekeys import file_digest
+    from hipporag2.files.stagekeys import file_digest
 
     run_dir = Path(run_dir)
     for name in ("metrics.json", "retrieval.jsonl"):

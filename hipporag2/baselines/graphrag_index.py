@@ -30,10 +30,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from filelock import FileLock
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.errors import ConfigError
 from hipporag2.results import QueryResult
-from hipporag2.stagekeys import corpus_digest, digest
+from hipporag2.files.stagekeys import corpus_digest, digest
 
 log = logging.getLogger("hipporag2.graphrag")
 

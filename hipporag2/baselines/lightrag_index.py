@@ -24,13 +24,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from filelock import FileLock
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.baselines import lightrag_env
 from hipporag2.baselines.common import indexing_bill, table12
 from hipporag2.baselines.endpoint import GrammarRule, LoopbackEndpoint
 from hipporag2.baselines.lightrag_grammar import extraction_grammar
 from hipporag2.results import QueryResult
-from hipporag2.stagekeys import corpus_digest, digest
+from hipporag2.files.stagekeys import corpus_digest, digest
 
 log = logging.getLogger("hipporag2.lightrag")
 

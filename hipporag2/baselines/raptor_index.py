@@ -21,14 +21,14 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 from filelock import FileLock
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.baselines import raptor
 from hipporag2.baselines.common import table12
 from hipporag2.baselines.config import RAPTOR_SUMMARY_PASSAGES
 from hipporag2.llm.base import ChatRequest
 from hipporag2.retrieve import instructions as ins
 from hipporag2.results import ContextNode, QueryResult
-from hipporag2.stagekeys import corpus_digest, digest
+from hipporag2.files.stagekeys import corpus_digest, digest
 
 log = logging.getLogger("hipporag2.raptor")
 

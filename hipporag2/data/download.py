@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Sequence, Tuple
 
-from hipporag2.atomicio import sha256_file
+from hipporag2.files.atomicio import sha256_file
 
 RELEASE_REPO = "osunlp/HippoRAG_2"
 # Dataset config name -> file stem in the release.
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the pinned legacy files are read from: BASE/OWNER/REPO/COMMIT/PATH "
                              "(default raw GitHub; a file:// mirror works too)")
     args = parser.parse_args(argv)
-    from hipporag2.atomicio import os_errors_exit
+    from hipporag2.files.atomicio import os_errors_exit
 
     with os_errors_exit():  # a full disk or read-only --data-dir: one line, exit 2
         return _fetch(args)

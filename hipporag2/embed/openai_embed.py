@@ -157,7 +157,7 @@ class OpenAICompatibleEncoder(Encoder):
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "probe.json").exists():
-            from hipporag2 import atomicio
+            from hipporag2.files import atomicio
 
             atomicio.write_text(folder / "probe.json", json.dumps(
                 {"model": self.cfg.model, "text": PROBE_TEXT, "dim": self.dim, "vector": probe.tolist()}))

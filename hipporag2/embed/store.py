@@ -30,12 +30,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from filelock import FileLock
 
-from hipporag2 import atomicio
-from hipporag2.atomicio import crash_point, sha256_file
+from hipporag2.files import atomicio
+from hipporag2.files.atomicio import crash_point, sha256_file
 from hipporag2.embed import prompts
 from hipporag2.embed.encoders import Encoder, build_encoder
 from hipporag2.embed.worker import encoder_environment
-from hipporag2.interrupts import in_stage
+from hipporag2.runtime.interrupts import in_stage
 
 log = logging.getLogger(__name__)
 

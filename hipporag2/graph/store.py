@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hipporag2.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file, storage_error
+from hipporag2.files.atomicio import crash_point, fsync_dir, remove_stale_temps, sha256_file, storage_error
 from hipporag2.graph.build import GraphEdges
 from hipporag2.graph.triples import Triple
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from hipporag2.atomicio import StorageError
+from hipporag2.files.atomicio import StorageError
 
 log = logging.getLogger("hipporag2.llm.cache")
 
@@ -109,7 +109,7 @@ class ResponseCache:
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 120.0) -> None:
         self.path = Path(path)
-        from hipporag2.atomicio import make_dirs
+        from hipporag2.files.atomicio import make_dirs
 
         make_dirs(self.path.parent)
         # One connection guarded by a lock: simpler than a pool, and SQLite

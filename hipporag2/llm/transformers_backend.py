@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hipporag2.atomicio import sha256_file
+from hipporag2.files.atomicio import sha256_file
 from hipporag2.llm.base import LLM, ChatResponse, Emit, Job
 from hipporag2.llm.cache import ResponseCache
 from hipporag2.llm.config import LLMConfig

@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from filelock import FileLock
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.loaders import Corpus
 from hipporag2.gates import check_openie_failures, coverage
@@ -49,7 +49,7 @@ from hipporag2.llm.base import ChatRequest
 from hipporag2.openie import prompts
 from hipporag2.openie.interchange import Extraction, parse_openie, write_openie
 from hipporag2.openie.parse import LENIENT_READER, OpenIEReader
-from hipporag2.stagekeys import corpus_digest, digest
+from hipporag2.files.stagekeys import corpus_digest, digest
 from hipporag2.text import passage_id
 
 log = logging.getLogger("hipporag2.openie")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.data.errors import DataError
 from hipporag2.data.loaders import Corpus, passage_string, read_json
 from hipporag2.data.validate import check_text, max_field_bytes, require_list, require_str, type_name

@@ -22,9 +22,9 @@ from typing import Dict, List, Sequence, Tuple
 
 from filelock import FileLock
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.errors import ConfigError
-from hipporag2.stagekeys import digest
+from hipporag2.files.stagekeys import digest
 from hipporag2.text import passage_id
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ import logging
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from hipporag2 import atomicio
+from hipporag2.files import atomicio
 from hipporag2.llm.base import ChatResponse
-from hipporag2.stagekeys import digest
+from hipporag2.files.stagekeys import digest
 
 log = logging.getLogger("hipporag2.qa")
 

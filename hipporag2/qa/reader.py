@@ -24,7 +24,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hipporag2.atomicio import write_jsonl
+from hipporag2.files.atomicio import write_jsonl
 from hipporag2.evaluate.metrics import exact_match, token_f1
 from hipporag2.llm.base import ChatRequest
 from hipporag2.qa import prompts

@@ -68,7 +68,7 @@ def run_check(runs: Sequence[Run], refs: Sequence[Reference], out=None) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from hipporag2.atomicio import os_errors_exit
+    from hipporag2.files.atomicio import os_errors_exit
 
     try:
         with os_errors_exit():  # a full disk or read-only --out: one line, exit 2

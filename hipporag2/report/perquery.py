@@ -43,7 +43,7 @@ def _dataset_files(run: Run) -> Tuple[Path, Path]:
 
 def load_gold(run: Run) -> Gold:
     from hipporag2.data.loaders import load_corpus, load_queries
-    from hipporag2.stagekeys import file_digest
+    from hipporag2.files.stagekeys import file_digest
 
     qrec, crec = _dataset_files(run)
     recorded = run.data_files

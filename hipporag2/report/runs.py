@@ -1,6 +1,6 @@
 """Run directories as the report sees them: metrics, resolved settings, the command.
 
-A run directory is any folder with a `metrics.json` (written by `hipporag2.run_files.write_run`
+A run directory is any folder with a `metrics.json` (written by `hipporag2.files.run_files.write_run`
 for a run and each sweep point); its "run" record gives the composed config, the
 command-line overrides and the working directory the run was started from (relative
 data paths are relative to it). Older folders give them in Hydra's `.hydra/`.

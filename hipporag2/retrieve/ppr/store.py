@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
-from hipporag2.atomicio import fsync_dir, sha256_file
+from hipporag2.files.atomicio import fsync_dir, sha256_file
 from hipporag2.retrieve.ppr.prepare import PANEL_BYTES, Panels, PreparedGraph, prepare_graph, spectral_interval
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Compile every numba kernel once, into numba's on-disk cache, so no run pays for it.
 
-    python -m hipporag2.warm_kernels
+    python -m hipporag2.runtime.warm_kernels
 
 The kernels (`retrieve/ppr/kernels.py`, `retrieve/scoring.py`, `graph/knn_kernels.py`)
 are `cache=True`: numba keeps the machine code beside the module (`__pycache__`, or

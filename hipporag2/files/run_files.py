@@ -23,11 +23,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from hipporag2 import atomicio
-from hipporag2.atomicio import crash_hit, crash_now, crash_point
-from hipporag2.result_lines import RetrievalLines
+from hipporag2.files import atomicio
+from hipporag2.files.atomicio import crash_hit, crash_now, crash_point
+from hipporag2.files.result_lines import RetrievalLines
 from hipporag2.results import QueryResult
-from hipporag2.stagekeys import digest
+from hipporag2.files.stagekeys import digest
 
 RETRIEVAL_FILE = "retrieval.jsonl"
 KEY_FILE = ".retrieval.key"
@@ -173,7 +173,7 @@ def run_record(cfg, overrides: Sequence[str]) -> Dict[str, Any]:
     data paths are relative to it)."""
     from omegaconf import OmegaConf
 
-    from hipporag2.redact import redact, redact_obj
+    from hipporag2.files.redact import redact, redact_obj
 
     config = redact_obj(OmegaConf.to_container(OmegaConf.structured(cfg)))
     return {"config": config, "overrides": [redact(str(o)) for o in overrides], "cwd": os.getcwd()}
@@ -184,7 +184,7 @@ def write_run(run_dir: Path, report, graph_stats: Optional[Dict[str, Any]], cfg,
     becomes metrics.json with the run record and the retrieval-semantics version.
     retrieval.jsonl is there already (RetrievalFile, or `write_results`). Returns the
     RunReport as written."""
-    from hipporag2.redact import redact_obj
+    from hipporag2.files.redact import redact_obj
     from hipporag2.results import RunReport
 
     run_dir = Path(run_dir)

@@ -8,7 +8,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from hipporag2.atomicio import sha256_file
+from hipporag2.files.atomicio import sha256_file
 
 INDEX_FORMAT = 2  # 2: index.json has passage_facts; bump when the index layout or graph construction changes
 

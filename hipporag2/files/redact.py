@@ -143,7 +143,7 @@ def install_log_redaction(extra_env: Optional[str] = None) -> int:
 
 def redact_file(path: Path | str) -> bool:
     """Rewrite one text file with secrets masked (atomically); True if it changed."""
-    from hipporag2 import atomicio
+    from hipporag2.files import atomicio
 
     path = Path(path)
     try:
