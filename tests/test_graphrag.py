@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.demo_slice import demo_slice
+
 from hipporag2.baselines import graphrag_index as gi
 from hipporag2.baselines.config import GraphRAGConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "hipporag2" / "resources" / "demo"
 GRAPHRAG_VENV = ROOT / ".venv-graphrag"
 
 
@@ -100,15 +101,7 @@ def _require_graphrag_env() -> None:
 
 def _small_demo(folder: Path, n_questions: int = 3, n_passages: int = 12):
     """The first demo questions and a corpus of their passages plus others, to n_passages."""
-    qs = json.loads((DEMO / "demo.json").read_text())[:n_questions]
-    corpus = json.loads((DEMO / "demo_corpus.json").read_text())
-    titles = {p["title"] for q in qs for p in q["paragraphs"]}
-    chosen = [c for c in corpus if c["title"] in titles]
-    chosen += [c for c in corpus if c["title"] not in titles][: max(0, n_passages - len(chosen))]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "demo.json").write_text(json.dumps(qs))
-    (folder / "demo_corpus.json").write_text(json.dumps(chosen))
-    return len(qs), len(chosen)
+    return demo_slice(folder, n_questions, n_passages)
 
 
 # Small limits keep the CPU cost to a few minutes: no gleaning round, short completions,

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.demo_slice import demo_slice
+
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "hipporag2" / "resources" / "demo"
 LIGHTRAG_VENV = REPO / ".venv-lightrag"
 
 
@@ -141,14 +142,7 @@ SMALL = ["llm=smollm2_cpu", "embedding=minilm", "qa=reader", "retrieval=lightrag
 
 def _small_demo(folder: Path):
     """The first demo questions, their supporting passages and others, N_PASSAGES in all."""
-    qs = json.loads((DEMO / "demo.json").read_text())[:N_QUESTIONS]
-    corpus = json.loads((DEMO / "demo_corpus.json").read_text())
-    titles = [p["title"] for q in qs for p in q["paragraphs"] if p.get("is_supporting")]
-    chosen = [c for c in corpus if c["title"] in titles]
-    chosen += [c for c in corpus if c["title"] not in titles][: N_PASSAGES - len(chosen)]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "demo.json").write_text(json.dumps(qs))
-    (folder / "demo_corpus.json").write_text(json.dumps(chosen))
+    demo_slice(folder, N_QUESTIONS, N_PASSAGES, supporting_only=True)
 
 
 @pytest.fixture(scope="module")

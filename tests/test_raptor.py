@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.demo_slice import demo_slice
+
 from hipporag2.baselines import raptor
 from hipporag2.baselines.config import RaptorConfig
 
-DEMO = Path(__file__).resolve().parents[1] / "hipporag2" / "resources" / "demo"
 
 
 def test_leaves_respect_the_token_limit_and_keep_every_word():
@@ -72,15 +73,7 @@ def test_clusters_split_separated_groups_and_oversized_ones_are_clustered_again(
 
 def _small_demo(folder: Path, n_questions: int = 3, n_passages: int = 16):
     """The first demo questions and a corpus of their passages plus others, to n_passages."""
-    qs = json.loads((DEMO / "demo.json").read_text())[:n_questions]
-    corpus = json.loads((DEMO / "demo_corpus.json").read_text())
-    titles = {p["title"] for q in qs for p in q["paragraphs"]}
-    chosen = [c for c in corpus if c["title"] in titles]
-    chosen += [c for c in corpus if c["title"] not in titles][: max(0, n_passages - len(chosen))]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "demo.json").write_text(json.dumps(qs))
-    (folder / "demo_corpus.json").write_text(json.dumps(chosen))
-    return len(qs), len(chosen)
+    return demo_slice(folder, n_questions, n_passages)
 
 
 @pytest.mark.slow

@@ -246,14 +246,15 @@ def test_table12_shows_a_baselines_own_counters_and_no_paper_rows_without_them(t
     from hipporag2.report.runs import Run
     from hipporag2.report.tables import Context, table_cost
 
-    own = {"indexing_s": 600.0, "indexing_llm_input_tokens": 2_500_000, "indexing_llm_output_tokens": None, "seconds_per_query": 0.25}
+    own = {"indexing_s": 600.0, "indexing_llm_input_tokens": 2_500_000, "indexing_llm_output_tokens": None, "seconds_per_query": 0.25,
+           "peak_rss_mb": 3225.6}
     raptor = Run(path=tmp_path / "raptor", metrics={"n_queries": 10, "timings": {"retrieval": 1.0}, "table12": own},
                  config={"retrieval.name": "raptor"})
     dense = Run(path=tmp_path / "dense", metrics={"n_queries": 10, "timings": {"retrieval": 5.0, "embed_passages": 120.0}},
                 config={"retrieval.name": "dense"})
     table = table_cost([raptor, dense], Context(paper=Reference("empty", []), ours=[], baselines=[]))
     md = table.markdown()
-    assert "| raptor | 10 | 10.00 | 2.50 | – | 0.250 |" in md
-    assert "| dense | 10 | 2.00 | – | – | 0.500 |" in md
+    assert "| raptor | 10 | 10.00 | 2.50 | – | 0.250 | – | 3.15 |" in md  # peak RSS 3,225.6 MB
+    assert "| dense | 10 | 2.00 | – | – | 0.500 | – | – |" in md
     assert "not run" not in md and "status" not in table.data.columns
-    assert table.data[table.data.row == "raptor"].ours.tolist() == [10.0, 2.5, None, 0.25]
+    assert table.data[table.data.row == "raptor"].ours.tolist() == [10.0, 2.5, None, 0.25, None, 3.15]

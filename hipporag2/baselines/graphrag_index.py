@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -31,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from filelock import FileLock
 
 from hipporag2.files import atomicio
+from hipporag2.runtime import envs
 from hipporag2.errors import ConfigError
 from hipporag2.results import QueryResult
 from hipporag2.files.stagekeys import corpus_digest, digest
@@ -57,7 +57,7 @@ READER_TITLE = "GraphRAG's answer"
 
 def env_python(gcfg) -> Path:
     """The GraphRAG environment's Python, or one ConfigError line saying how to make it."""
-    py = Path(gcfg.env).expanduser() / "bin" / "python"
+    py = envs.env_python(gcfg)
     if not py.is_file():
         raise ConfigError(f"retrieval.method=graphrag needs the GraphRAG environment graphrag.env={gcfg.env}: "
                           f"{py} not found (make setup-graphrag)")

@@ -11,24 +11,12 @@ from pathlib import Path
 from typing import Dict
 
 from hipporag2.errors import ConfigError
+from hipporag2.runtime.envs import env_dir, env_python
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).resolve().with_name("lightrag_driver.py")
 SETUP_HINT = "make setup-lightrag"
 
 
-def env_dir(cfg) -> Path:
-    """`lightrag.env`: absolute, or relative to the working directory if it exists
-    there, else to the project root (as `embedding.env`)."""
-    p = Path(cfg.env).expanduser()
-    if p.is_absolute():
-        return p
-    here = Path.cwd() / p
-    return here if here.exists() else PROJECT_ROOT / p
-
-
-def env_python(cfg) -> Path:
-    return env_dir(cfg) / "bin" / "python"
 
 
 def tiktoken_dir(cfg) -> Path:

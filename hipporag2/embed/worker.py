@@ -23,7 +23,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -31,23 +31,13 @@ from hipporag2.embed import model_worker, prompts
 from hipporag2.embed.encoders import Encoder, model_spec
 from hipporag2.embed.envcheck import SETUP_HINT, check_in_process, version_problems
 from hipporag2.embed.errors import EncoderError
+from hipporag2.runtime.envs import env_dir, env_python
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 WORKER_SCRIPT = Path(model_worker.__file__).resolve()
 
 
-def env_dir(cfg) -> Path:
-    p = Path(cfg.env).expanduser()
-    if p.is_absolute():
-        return p
-    here = Path.cwd() / p
-    return here if here.exists() else PROJECT_ROOT / p
-
-
-def env_python(cfg) -> Path:
-    return env_dir(cfg) / "bin" / "python"
 
 
 def env_versions(cfg) -> Dict[str, str]:
