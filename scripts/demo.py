@@ -74,7 +74,7 @@ def pick_question(curated, dense, k: int = 5) -> str:
         return {r.query_id: recall_at_k(view.gold[r.query_id], [view.passage_strings[i] for i in r.passage_ids], k) for r in view.rows}
 
     c, d = per_q(curated), per_q(dense)
-    ids = [r.id for r in curated.rows]
+    ids = [r.query_id for r in curated.rows]
     best = max(ids, key=lambda i: (c[i] - d[i], -ids.index(i)))
     if c[best] > d[best]:
         return best
@@ -139,7 +139,7 @@ def main() -> int:
         if name != "dense":
             triples = str(views[name].index().stats.get("triples_kept", "?"))
             rows = views[name].rows
-            kept = f"{sum(len(r.kept_facts) for r in rows) / max(len(rows), 1):.1f}"
+            kept = f"{sum(len(r.kept_facts or []) for r in rows) / max(len(rows), 1):.1f}"
         em, f1 = (float("nan") if v is None else v for v in (m.qa_em, m.qa_f1))
         table.append(f"| {LABELS[name]} | {m.recall_at(2):.1f} | {m.recall_at(5):.1f} | {em:.1f} | "
                      f"{f1:.1f} | {triples} | {kept} | {m.dense_fallbacks} |")
