@@ -1,5 +1,6 @@
-"""What the baseline systems share: Table 12's counters of a run, and the LLM bill of
-one indexing (from the run's `llm.usage()` before and after it)."""
+"""What the baseline systems share: Table 12's counters of a run, the LLM bill of one
+indexing (from the run's `llm.usage()` before and after it), and the run's embedding
+store as the loopback endpoint's encoder."""
 from __future__ import annotations
 
 import resource
@@ -31,3 +32,14 @@ def indexing_bill(before: Mapping[str, int], after: Mapping[str, int]) -> Dict[s
         "llm_output_tokens": delta("output_tokens") + delta("cached_output_tokens"),
         "llm_calls": delta("requests"),
     }
+
+
+class StoreEncoder:
+    """The run's embedding store as the endpoint's encoder: a system's texts are embedded
+    once and cached by content like ours (a resumed build re-embeds nothing)."""
+
+    def __init__(self, store, desc: str):
+        self.store, self.desc = store, desc
+
+    def encode(self, texts, instruction=None):
+        return self.store.embed(list(texts), instruction=instruction, desc=self.desc, progress=False)

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from filelock import FileLock
 
+from hipporag2.baselines.common import StoreEncoder, indexing_bill, table12
 from hipporag2.files import atomicio
 from hipporag2.runtime import envs
 from hipporag2.errors import ConfigError
@@ -199,17 +200,6 @@ def extraction_grammar(info: Dict[str, Any], entity_types: Sequence[str], max_re
     ])
 
 
-class StoreEncoder:
-    """The run's embedding store as the endpoint's encoder: GraphRAG's texts are embedded
-    once and cached by content like ours (a resumed build re-embeds nothing)."""
-
-    def __init__(self, store, desc: str):
-        self.store, self.desc = store, desc
-
-    def encode(self, texts: Sequence[str], instruction: Optional[str] = None):
-        return self.store.embed(list(texts), instruction=instruction, desc=self.desc, progress=False)
-
-
 def bounded_json_grammar(schema: Dict[str, Any], max_chars: int = 60, max_items: int = 2) -> str:
     """An EBNF grammar of the JSON objects `schema` describes (objects with all their
     properties in order, strings, numbers, arrays of 1..`max_items`), every string at
@@ -299,11 +289,7 @@ def get_index(cfg, passages: Sequence[str], store, lazy_llm, info) -> tuple:
         t0 = time.perf_counter()
         with _endpoint(llm, store, INDEX_STAGE, gcfg, _rules(cfg, info)) as ep:
             out = run_driver(gcfg, ["index", str(folder)], extra_env=_endpoint_env(ep))
-        after = llm.usage().get(INDEX_STAGE, {})
-
-        def delta(k):
-            return int(after.get(k, 0)) - int(before.get(k, 0))
-
+        bill = indexing_bill(before, llm.usage().get(INDEX_STAGE, {}))
         counts = out["counts"]
         empty = [k for k in ("entities", "relationships", "communities", "text_units") if not counts.get(k)]
         if empty:
@@ -313,10 +299,7 @@ def get_index(cfg, passages: Sequence[str], store, lazy_llm, info) -> tuple:
         done = {
             "graphrag": info["graphrag"], "settings": settings(gcfg, dim), "counts": counts,
             "build_s": round(time.perf_counter() - t0, 3), "driver_s": out["seconds"], "index_peak_rss_mb": out["peak_rss_mb"],
-            # what a build from nothing costs: tokens of calls answered by the model or the cache
-            "llm_input_tokens": delta("input_tokens") + delta("cached_input_tokens"),
-            "llm_output_tokens": delta("output_tokens") + delta("cached_output_tokens"),
-            "llm_calls": delta("requests"),
+            **bill,  # what a build from nothing costs: tokens of calls answered by the model or the cache
             # what this build paid (a resumed build: only the calls it lacked)
             "llm_calls_sent": llm.requests_sent - sent_before,
         }
@@ -382,7 +365,6 @@ class GraphRAGRetriever:
     def run_report(self, queries, results, corpus, recall_k, timings) -> Dict[str, Any]:
         """metrics.json's GraphRAG part: version, settings, what was indexed, and the
         Table 12 counters (peak memory: the query subprocess's)."""
-        from hipporag2.baselines.common import table12
 
         ix = self.index
         n = max(len(queries), 1)

@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from hipporag2.files import atomicio
 from hipporag2.baselines import lightrag_env
-from hipporag2.baselines.common import indexing_bill, table12
+from hipporag2.baselines.common import StoreEncoder, indexing_bill, table12
 from hipporag2.baselines.endpoint import GrammarRule, LoopbackEndpoint
 from hipporag2.baselines.lightrag_grammar import extraction_grammar
 from hipporag2.results import QueryResult
@@ -58,17 +58,6 @@ def passage_of(doc: Optional[str]) -> Optional[int]:
     if not doc or not doc.startswith("p") or not doc[1:].isdigit():
         return None
     return int(doc[1:])
-
-
-class _StoreEncoder:
-    """The endpoint's encoder: the run's embedding store (cached by content), with no
-    instruction for documents and queries alike (LightRAG embeds both the same way)."""
-
-    def __init__(self, store):
-        self.store = store
-
-    def encode(self, texts, instruction=None):
-        return self.store.embed(list(texts), instruction=instruction, desc="embed (LightRAG)", progress=False)
 
 
 def index_key(cfg, passages: Sequence[str], store, lightrag_version: str) -> str:
@@ -140,7 +129,7 @@ def get_index(cfg, passages: Sequence[str], store, lazy_llm, described: Dict[str
         llm = lazy_llm.get()
         before, sent_before = llm.usage().get(INDEX_STAGE, {}), llm.requests_sent
         t0 = time.perf_counter()
-        with LoopbackEndpoint(llm, _StoreEncoder(store), stage=INDEX_STAGE, rules=rules_of(cfg, described)) as ep:
+        with LoopbackEndpoint(llm, StoreEncoder(store, "embed (LightRAG)"), stage=INDEX_STAGE, rules=rules_of(cfg, described)) as ep:
             job = {"working_dir": str(folder / "working"), "out": str(folder / "index.partial.json"),
                    "endpoint": {"url": ep.url, "llm_model": ep.llm_model, "embed_model": ep.embed_model},
                    "settings": settings_of(cfg.lightrag, INDEX_STAGE),
@@ -185,7 +174,7 @@ class LightRAGRetriever:
         run_dir = Path(self.run_cfg.run_dir) / "lightrag"
         out = run_dir / f"answers_{self.blocks:04d}.jsonl"
         self.blocks += 1
-        with LoopbackEndpoint(llm, _StoreEncoder(self.store), stage=QUERY_STAGE) as ep:
+        with LoopbackEndpoint(llm, StoreEncoder(self.store, "embed (LightRAG)"), stage=QUERY_STAGE) as ep:
             job = {"working_dir": str(self.folder / "working"), "out": str(out),
                    "endpoint": {"url": ep.url, "llm_model": ep.llm_model, "embed_model": ep.embed_model},
                    "settings": settings_of(self.lr, QUERY_STAGE),
