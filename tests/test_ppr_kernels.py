@@ -22,6 +22,7 @@ import scipy.sparse as sp
 pytest.importorskip("numba")
 
 from benchmarks.rankings import rankings_agree  # noqa: E402
+from hipporag2.retrieve.csr import Csr  # noqa: E402
 from hipporag2.retrieve.ppr import kernels as K  # noqa: E402
 from hipporag2.retrieve.ppr.batched import BatchedSolver  # noqa: E402
 from hipporag2.retrieve.ppr.prepare import Panels  # noqa: E402
@@ -51,6 +52,7 @@ def panel_cases():
     a = symmetric(900, 0.01, 1)
     b = symmetric(700, 0.004, 2, empty_rows=60)  # rows without entries in any panel
     c = star(500)
+    a, b, c = Csr.of(a), Csr.of(b), Csr.of(c)
     return {"one panel": Panels.build(a, 10_000), "many panels": Panels.build(a, 64),
             "empty rows": Panels.build(b, 100),
             "star": Panels.build(c, 32)}

@@ -10,10 +10,9 @@ solver call, so a sweep re-runs only this module.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from hipporag2.config import RetrievalConfig
 from hipporag2.data.loaders import Query
@@ -27,6 +26,9 @@ from hipporag2.results import QueryResult
 from hipporag2.retrieve.ppr import OutputBuffer, make_index_solver
 from hipporag2.retrieve.scoring import min_max, min_max_rows, min_max_top_k_product, rank_desc
 from hipporag2.text import normalise_phrase
+
+if TYPE_CHECKING:  # scipy.sparse only for the variants without passage nodes (csr.py says why)
+    import scipy.sparse as sp
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ class GraphRetriever:
     def passage_phrase(self) -> sp.csr_matrix:
         """passage x phrase membership, for scoring passages without passage nodes."""
         if self._passage_phrase is None:
+            import scipy.sparse as sp
+
             idx = self.index
             rows = [i for i, ps in enumerate(idx.phrase_passages) for _ in ps]
             cols = [p for ps in idx.phrase_passages for p in ps]
@@ -233,6 +237,8 @@ def legacy_fact_chain(idx: Index) -> Tuple[sp.csr_matrix, sp.csr_matrix]:
     (fact x phrase) 0/1 matrices, from the index's facts."""
     if idx.passage_facts is None:
         raise ValueError("this index has no passage -> fact table (made by an older hipporag2): rebuild it")
+    import scipy.sparse as sp
+
     rows = [p for p, fs in enumerate(idx.passage_facts) for _ in fs]
     cols = [f for fs in idx.passage_facts for f in fs]
     docs_to_facts = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(idx.n_passages, len(idx.facts)))

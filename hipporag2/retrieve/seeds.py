@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.sparse as sp
 
+from hipporag2.retrieve.csr import Csr
 from hipporag2.retrieve.scoring import rank_desc
 
 Seeds = List[Tuple[int, float]]  # (phrase node, reset weight)
@@ -146,7 +146,7 @@ def seeds_anything(phrase_seeds: Seeds, passage_seeds: Optional[np.ndarray]) -> 
 
 
 def reset_rows(phrase_seeds: Sequence[Seeds], passage_seeds: Sequence[Optional[np.ndarray]],
-               n_phrases: int, n: int) -> sp.csr_matrix:
+               n_phrases: int, n: int) -> Csr:
     """The reset vectors of some queries as CSR rows over the n nodes (phrases, then
     passages): each query's phrase seeds (a phrase seeded twice keeps its last weight)
     and its passage seeds (None: no passage entries). Zeros among the passages are left
@@ -154,28 +154,19 @@ def reset_rows(phrase_seeds: Sequence[Seeds], passage_seeds: Sequence[Optional[n
     reset has a few phrase entries and up to one per passage, so rows are far smaller
     than dense resets. Canonical by construction (each row sorted, no duplicates)."""
     index = np.int32 if n < 2**31 else np.int64  # what scipy would pick
-    rows = []
+    cols, vals, sizes = [], [], []
     for seeds, ps in zip(phrase_seeds, passage_seeds):
         last = dict(seeds)  # R[j] = w in order: the last weight of a phrase wins
         keys = sorted(last)  # phrases come before passages: each row is sorted
-        c = np.array(keys, dtype=index)
-        v = np.array([last[j] for j in keys], dtype=np.float64)
+        cols.append(np.array(keys, dtype=index))
+        vals.append(np.array([last[j] for j in keys], dtype=np.float64))
         if ps is not None:
             keep = np.asarray(ps) != 0  # zeros add nothing; NaN stays (NaN != 0)
-            nz, pv = np.flatnonzero(keep), np.asarray(ps)[keep]
-        else:
-            nz, pv = np.zeros(0, dtype=np.int64), None
-        rows.append((c, v, pv, nz))
-    indptr = np.zeros(len(rows) + 1, dtype=index)
-    np.cumsum([len(c) + len(nz) for c, _, _, nz in rows], out=indptr[1:])
-    cols, vals = np.empty(int(indptr[-1]), dtype=index), np.empty(int(indptr[-1]))
-    for (c, v, pv, nz), a in zip(rows, indptr[:-1]):  # filled in place: no per-row copies to join
-        cols[a : a + len(c)], vals[a : a + len(c)] = c, v
-        if len(nz):
-            b = a + len(c)
-            np.add(nz, n_phrases, out=cols[b : b + len(nz)], casting="unsafe")
-            vals[b : b + len(nz)] = pv
-    R = sp.csr_matrix((vals, cols, indptr), shape=(len(rows), n))
-    R.has_sorted_indices = True
-    R.has_canonical_format = True
-    return R
+            cols.append(np.flatnonzero(keep).astype(index) + index(n_phrases))
+            vals.append(np.asarray(ps)[keep])
+        sizes.append(len(keys) + (0 if ps is None else len(cols[-1])))
+    indptr = np.zeros(len(sizes) + 1, dtype=index)
+    np.cumsum(sizes, out=indptr[1:])
+    # float64 values: every row's phrase part is (a float32 passage part is cast exactly)
+    cols, vals = (np.concatenate(cols), np.concatenate(vals)) if sizes else (np.zeros(0, index), np.zeros(0))
+    return Csr(indptr, cols, vals, (len(sizes), n))

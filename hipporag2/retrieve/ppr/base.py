@@ -4,16 +4,17 @@ from __future__ import annotations
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
-import scipy.sparse as sp
+
+from hipporag2.retrieve.csr import Csr
 
 
 @runtime_checkable
 class PPRSolver(Protocol):
     """A Personalized PageRank solver over one graph (`batched.py` holds the math).
 
-    Resets are rows of reset vectors (not necessarily normalised), a scipy sparse
-    matrix (a query's few seeds fill CSR rows far more cheaply than dense ones) or an
-    array; NaN and negative entries count as 0, as the reference cleans them.
+    Resets are rows of reset vectors (not necessarily normalised): CSR rows (a query's
+    few seeds fill them far more cheaply than dense ones; `csr.Csr` or scipy sparse) or
+    an array; NaN and negative entries count as 0, as the reference cleans them.
     """
 
     # queries worth handing over per call: the retriever cuts its blocks into pieces of this
@@ -39,22 +40,24 @@ class PPRSolver(Protocol):
         """Hand back memory kept between calls (a no-op where nothing is kept)."""
 
 
-def as_csr(resets) -> sp.csr_matrix:
+def as_csr(resets) -> Csr:
     """Resets as canonical float64 CSR rows (sorted columns, duplicates added up, as
-    scipy densifies them); a 1-d array is one row."""
-    if sp.issparse(resets) and resets.format == "csr" and resets.dtype == np.float64:
-        R = resets  # as it is: the retriever's rows are canonical by construction
-    elif sp.issparse(resets):
-        R = sp.csr_matrix(resets, dtype=np.float64)
-    else:
-        R = sp.csr_matrix(np.atleast_2d(np.asarray(resets, dtype=np.float64)))
+    scipy densifies them): a `Csr` as it is (`seeds.reset_rows` makes them so, and no
+    scipy.sparse import), anything else through scipy (1-d: one row)."""
+    if isinstance(resets, Csr):
+        return resets
+    import scipy.sparse as sp
+
+    if not sp.issparse(resets):
+        resets = sp.csr_matrix(np.atleast_2d(np.asarray(resets, dtype=np.float64)))
+    R = resets if resets.format == "csr" and resets.dtype == np.float64 else sp.csr_matrix(resets, dtype=np.float64)
     if not R.has_canonical_format:
         R = R.copy()  # the caller's matrix stays as it was
         R.sum_duplicates()  # also sorts
-    return R
+    return Csr.of(R)
 
 
-def clean_row_sums(R: sp.csr_matrix, mask: np.ndarray | None = None, rows: slice = slice(None)) -> np.ndarray:
+def clean_row_sums(R: Csr, mask: np.ndarray | None = None, rows: slice = slice(None)) -> np.ndarray:
     """The sums of R's rows `rows` (step 1) once cleaned (NaN/negative -> 0), over the
     columns in `mask` if given; read in place (no copy of the rows)."""
     ptr = np.asarray(R.indptr[rows.start : None if rows.stop is None else rows.stop + 1], dtype=np.int64)
@@ -87,7 +90,7 @@ def column_range(columns: slice | None, n: int) -> tuple[int, int]:
     return start, max(start, stop)
 
 
-def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: sp.csr_matrix) -> np.ndarray:
+def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: Csr) -> np.ndarray:
     """`out` checked as a place for a solver's answers, or a new array of `shape`."""
     if out is None:
         return np.empty(shape)

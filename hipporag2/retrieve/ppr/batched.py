@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
+from hipporag2.retrieve.csr import Csr
 from hipporag2.retrieve.ppr.base import as_csr, check_damping, clean_row_sums, column_range, output_array
 from hipporag2.retrieve.ppr.prepare import (
     PreparedGraph,
@@ -34,7 +34,7 @@ class _ScipyLoops:
     """The loops of `kernels.py` (same signatures, panel arguments unused) as scipy's CSR
     product on the plain S and numpy passes: the same answers up to summation order."""
 
-    def __init__(self, S: sp.csr_matrix):
+    def __init__(self, S: Csr):
         self.S = S
 
     def shifted_product(self, indptr, indices, data, d, x, out):
@@ -163,7 +163,7 @@ class BatchedSolver:
         return self.prepared.interval
 
     # ---- the interface ----------------------------------------------------------------
-    def _checked(self, resets) -> tuple[sp.csr_matrix, np.ndarray]:
+    def _checked(self, resets) -> tuple[Csr, np.ndarray]:
         R = as_csr(resets)
         if R.shape[1] != self.n:
             raise ValueError(f"resets must have shape (q, {self.n}), got {R.shape}")
@@ -262,7 +262,7 @@ class BatchedSolver:
                 zs = {d: self._polish(z, b, d, self._limit(d) * ones) for d, z in zip(walk, self._mscg(b, walk))}
         for k, d in enumerate(ds):
             if d == 0.0 or not self.n_active:  # y = u: the cleaned reset over its sum
-                part = R[rows, j0 : j0 + out.shape[2]].toarray()
+                part = R.toarray(rows, slice(j0, j0 + out.shape[2]))
                 np.divide(np.fmax(part, 0.0), scale[:, None], out=out[k, rows])
                 if not normalise:
                     out[k, rows] *= scale[:, None]

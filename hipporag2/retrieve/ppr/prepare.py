@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
+
+from hipporag2.retrieve.csr import Csr
 
 # rows of one column panel of S: its gathered rows of a block fill about this many bytes (part of
 # a saved preparation's key); with nodes in RCM order fewer, larger panels cost less (results/perf, round 7)
@@ -53,21 +54,13 @@ class Panels:
     data: np.ndarray  # (nnz,) float64
 
     @classmethod
-    def build(cls, S: sp.csr_matrix, panel_rows: int) -> "Panels":
-        n = S.shape[0]
-        cuts = list(range(0, n, max(1, panel_rows))) + [n]
-        ptrs, inds, vals, offset = [], [], [], 0
-        for a, c in zip(cuts[:-1], cuts[1:]):
-            P = S[:, a:c].tocsr()
-            P.sort_indices()
-            ptrs.append(P.indptr.astype(np.int64) + offset)
-            inds.append(P.indices.astype(np.int32) + np.int32(a))
-            vals.append(P.data.astype(np.float64))
-            offset += P.nnz
-        if n == 0:
-            ptrs.append(np.zeros(1, dtype=np.int64))
-        return cls(np.stack(ptrs), np.concatenate(inds or [np.zeros(0, np.int32)]),
-                   np.concatenate(vals or [np.zeros(0)]))
+    def build(cls, S: Csr, panel_rows: int) -> "Panels":
+        n, step = S.shape[0], max(1, panel_rows)
+        panel = S.indices[: S.nnz].astype(np.int64) // step
+        order = np.argsort(panel, kind="stable")  # panel by panel; within one, S's (canonical) order
+        at = panel * (n + 1) + np.repeat(np.arange(n), np.diff(S.indptr)) + 1  # [p, i + 1]: row i's entries in panel p
+        ptr = np.cumsum(np.bincount(at, minlength=max(1, -(-n // step)) * (n + 1)))
+        return cls(ptr.reshape(-1, n + 1), S.indices[order].astype(np.int32), S.data[order].astype(np.float64))
 
 
 @dataclass
@@ -81,7 +74,7 @@ class PreparedGraph:
     pos: np.ndarray  # (n,) node -> its row in the block; nodes without edges last
     n_active: int
     sqrt_deg: np.ndarray  # (n_active,)
-    S: sp.csr_matrix  # (n_active, n_active)
+    S: Csr  # (n_active, n_active)
     panels: Panels
     comp_of: np.ndarray  # (n_active,) component of each row
     comp_val: np.ndarray  # (n_active,) that component's unit eigenvector there
@@ -95,13 +88,13 @@ class PreparedGraph:
         order[self.pos] = np.arange(self.n)
         return order[: self.n_active]
 
-    def components(self) -> sp.csr_matrix:
+    def components(self) -> Csr:
         """One unit column per connected component (see `component_vectors`)."""
-        return sp.csr_matrix((self.comp_val, self.comp_of, np.arange(self.n_active + 1, dtype=self.comp_of.dtype)),
-                             shape=(self.n_active, self.n_comp))
+        return Csr(np.arange(self.n_active + 1, dtype=self.comp_of.dtype), self.comp_of, self.comp_val,
+                   (self.n_active, self.n_comp))
 
 
-def node_order(W: sp.csr_matrix, deg: np.ndarray) -> np.ndarray:
+def node_order(W, deg: np.ndarray) -> np.ndarray:
     """The block's rows: the nodes with edges in reverse Cuthill-McKee order (neighbours
     within a narrow band of rows, so a panel's gathers touch fewer cache lines), then
     the nodes without (the block leaves them out). Gain in results/perf/ppr_step_round4.md."""
@@ -126,6 +119,8 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     """The solver's view of an undirected weighted multigraph given as edge arrays: the
     edges prpack keeps, S, its panels, the components; `with_interval` also the
     spectral interval (otherwise found on first need)."""
+    import scipy.sparse as sp
+
     w = np.asarray(weight, dtype=np.float64)
     if np.isnan(w).any():  # prpack would return all-NaN scores; nothing to reproduce there
         raise ValueError("edge weights contain NaN; personalized PageRank is undefined")
@@ -145,6 +140,7 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     S = sp.csr_matrix(inv @ W[active][:, active] @ inv)
     S.sum_duplicates()
     S.sort_indices()
+    S = Csr.of(S)
     block = max(1, int(block_size))
     panels = Panels.build(S, max(1024, PANEL_BYTES // (8 * block)))
     V = component_vectors(S, sqrt_deg)
@@ -154,19 +150,20 @@ def prepare_graph(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, 
     return prep
 
 
-def component_vectors(S: sp.csr_matrix, sqrt_deg: np.ndarray) -> sp.csr_matrix:
+def component_vectors(S: Csr, sqrt_deg: np.ndarray) -> Csr:
     """One unit column per connected component: sqrt(deg) there, 0 elsewhere; each an
     eigenvector of S for the eigenvalue 1, solved in closed form by the solver."""
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
 
     n = S.shape[0]
-    n_comp, label = connected_components(S, directed=False)
+    n_comp, label = connected_components(S.to_scipy(), directed=False)
     V = sp.csr_matrix((sqrt_deg, (np.arange(n), label)), shape=(n, n_comp))
     norms = np.sqrt(np.bincount(label, weights=sqrt_deg**2, minlength=n_comp))
-    return sp.csr_matrix(V @ sp.diags(1.0 / norms)) if n_comp else V
+    return Csr.of(V @ sp.diags(1.0 / norms) if n_comp else V)
 
 
-def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) -> tuple[float, float]:
+def spectral_interval(S: Csr, V: Csr, margin: float = 1e-3) -> tuple[float, float]:
     """[lo, hi] holding every eigenvalue of S on the complement of V's columns.
 
     Lanczos (ARPACK) finds the extremes from inside, so they are widened by `margin`;
@@ -175,7 +172,7 @@ def spectral_interval(S: sp.csr_matrix, V: sp.csr_matrix, margin: float = 1e-3) 
     """
     from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
-    n = S.shape[0]
+    n, S, V = S.shape[0], S.to_scipy(), V.to_scipy()
     if n - V.shape[1] <= 0:
         return 0.0, 0.0
 

@@ -38,7 +38,7 @@ class PrpackSolver:
         j0, j1 = column_range(columns, self.graph.vcount())
         out = output_array(out, (R.shape[0], j1 - j0), R)
         for i in range(R.shape[0]):
-            out[i] = self._one(R[i].toarray()[0], damping)[j0:j1]
+            out[i] = self._one(R.toarray(slice(i, i + 1))[0], damping)[j0:j1]
         return out
 
     def solve_many(self, resets, dampings: Sequence[float], out: np.ndarray | None = None) -> np.ndarray:
@@ -54,7 +54,7 @@ class PrpackSolver:
         degree = np.asarray(self.graph.strength(weights=w, loops=True))  # prpack drops weights <= 0
         dangling = clean_row_sums(R, degree <= 0)
         for i in range(R.shape[0]):
-            u = R[i].toarray()[0]
+            u = R.toarray(slice(i, i + 1))[0]
             for k, d in enumerate(ds):
                 if sums[i] <= 0:
                     out[k, i] = 0.0

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import scipy.sparse as sp
 
 from hipporag2.files.atomicio import fsync_dir, sha256_file
+from hipporag2.retrieve.csr import Csr
 from hipporag2.retrieve.ppr.prepare import PANEL_BYTES, Panels, PreparedGraph, prepare_graph, spectral_interval
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def load_prepared(folder: Path | str) -> Optional[PreparedGraph]:
         shutil.rmtree(folder, ignore_errors=True)
         return None
     na = int(meta["n_active"])
-    S = sp.csr_matrix((arrays["S_data"], arrays["S_indices"], arrays["S_indptr"]), shape=(na, na), copy=False)
+    S = Csr(arrays["S_indptr"], arrays["S_indices"], arrays["S_data"], (na, na))
     panels = Panels(arrays["panel_indptr"], arrays["panel_indices"], arrays["panel_data"])
     interval = tuple(meta["interval"]) if meta["interval"] else None
     return PreparedGraph(int(meta["n"]), int(meta["block_size"]), arrays["pos"], na, arrays["sqrt_deg"], S, panels,
