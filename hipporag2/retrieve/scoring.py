@@ -140,11 +140,11 @@ def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | No
 
     When a block's scores fit `score_piece_rows`' budget this is one product, q @ emb.T.
     Otherwise the queries go `rows` at a time and each piece's scores are made chunk by
-    chunk of `chunk_bytes` of embedding rows, folded into each row's running min, max
-    and top candidates as they are made (`min_max_top_k_streamed`), so no row's scores
-    are kept whole. A float32 product rounds an entry differently with the shape of the
-    call, so the piecewise scores are those of these pieces and chunks: deterministic
-    for a given order of queries, within float32 rounding of one product's.
+    chunk of `chunk_bytes` of embedding rows into one piece's score rows, so at most
+    `rows` rows of scores are held at a time. A float32 product rounds an entry
+    differently with the shape of the call, so the piecewise scores are those of these
+    pieces and chunks: deterministic for a given order of queries, within float32
+    rounding of one product's.
     """
     q = np.atleast_2d(np.asarray(q))
     E = emb
@@ -153,8 +153,6 @@ def min_max_top_k_product(q: np.ndarray, emb: np.ndarray, k: int, rows: int | No
     rows = score_piece_rows(n, itemsize) if rows is None else max(1, int(rows))
     if n_q <= rows:
         return min_max_top_k(q @ np.asarray(E).T, k, overwrite=True)
-    if np.issubdtype(np.result_type(q.dtype, E.dtype), np.floating) and 0 < min(int(k), n):
-        return min_max_top_k_streamed(q, E, int(k), rows, chunk_bytes)
     return min_max_top_k_pieces(q, E, k, rows, chunk_bytes)
 
 
@@ -182,59 +180,3 @@ def min_max_top_k_pieces(q: np.ndarray, E: np.ndarray, k: int, rows: int, chunk_
         piece = q[s : s + rows]
         parts.append(min_max_top_k(_piece_scores(piece, E, step, scores[: len(piece)]), k))
     return np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
-
-
-def min_max_top_k_streamed(q: np.ndarray, E: np.ndarray, k: int, rows: int, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """`min_max_top_k_pieces`'s answer (the same products, so the same raw scores; the
-    same candidates, scores and ties), with each chunk of embedding rows read once for
-    a group of pieces instead of once per piece, and the scores folded into a small
-    per-row state as each chunk is made (`scoring_kernels.stream_top_k_rows`) instead of
-    three passes over whole rows. Rows the state cannot settle (NaN, many raw ties at
-    the top, a float32 near-tie at the cut) are made again the plain way."""
-    from hipporag2.retrieve.scoring_kernels import stream_top_k_finish, stream_top_k_rows
-
-    n, n_q = E.shape[0], q.shape[0]
-    k = min(k, n)
-    dtype = np.result_type(q.dtype, E.dtype)
-    step = _chunk_rows(E, chunk_bytes)
-    # whole pieces per group (the pieces' boundaries, hence their products, stay), within the score budget
-    group = max(1, SCORE_BYTES // max(1, step * dtype.itemsize) // rows) * rows
-    cap = 4 * k + 60  # buffered entries per row before those below the k-th largest are dropped
-    idx = np.empty((n_q, k), dtype=np.int64)
-    val = np.empty((n_q, k), dtype=dtype)
-    redo = []
-    threads = min(2, os.cpu_count() or 1)
-    chunk = np.empty((min(group, n_q), min(step, n)), dtype=dtype)
-    with ThreadPoolExecutor(threads) as ex:
-        for g0 in range(0, n_q, group):
-            G = np.asarray(q[g0 : g0 + group], dtype=dtype)
-            m = len(G)
-            lo = np.full(m, np.inf, dtype=dtype)
-            hi = np.full(m, -np.inf, dtype=dtype)
-            top = np.empty((m, k), dtype=dtype)
-            filled = np.zeros(m, dtype=np.int64)
-            buf_idx = np.empty((m, cap), dtype=np.int64)
-            buf_val = np.empty((m, cap), dtype=dtype)
-            count = np.zeros(m, dtype=np.int64)
-            dropped = np.full(m, -np.inf, dtype=dtype)
-            state = np.zeros(m, dtype=np.int64)
-            cuts = np.linspace(0, m, min(threads, m) + 1).astype(int)
-            for a in range(0, n, step):
-                b = min(n, a + step)
-                Ea = np.asarray(E[a:b]).T
-                S = chunk[:m, : b - a]
-                for s in range(0, m, rows):
-                    np.matmul(G[s : s + rows], Ea, out=S[s : s + rows])
-                list(ex.map(lambda t: stream_top_k_rows(S, a, k, lo, hi, top, filled, buf_idx, buf_val, count,
-                                                        dropped, state, int(cuts[t]), int(cuts[t + 1])),
-                            range(len(cuts) - 1)))
-            stream_top_k_finish(n, k, lo, hi, top, buf_idx, buf_val, count, dropped, state,
-                                idx[g0 : g0 + m], val[g0 : g0 + m])
-            redo.extend(g0 + np.flatnonzero(state))
-    if redo:  # the plain way for those rows' pieces: the same products, whole rows
-        scores = np.empty((rows, n), dtype=dtype)
-        for s in sorted({r - r % rows for r in redo}):
-            piece = q[s : s + rows]
-            i, v = min_max_top_k(_piece_scores(piece, E, step, scores[: len(piece)]), k)
-            idx[s : s + len(piece)], val[s : s + len(piece)] = i, v
-    return idx, val

@@ -52,8 +52,6 @@ def warm() -> float:
         min_max_top_k(rng.random((3, 50)).astype(dtype), 5)  # small blocks: numpy
         big = rng.random((2, scoring.PARALLEL_MIN // 2 + 1)).astype(dtype)  # large ones: the compiled pass
         min_max_top_k(big, 5)
-        # a block larger than one product: fact scores streamed chunk by chunk
-        scoring.min_max_top_k_product(rng.random((40, 8)).astype(dtype), rng.random((100, 8)).astype(dtype), 5, rows=16)
     emb = rng.normal(size=(40, 8)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     phrases = [f"phrase {i}" for i in range(len(emb))]
