@@ -28,8 +28,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from filelock import FileLock
 
-from hipporag2.files import atomicio
-from hipporag2.files.atomicio import crash_point
+from hipporag2.files.atomicio import crash_point, write_json, write_jsonl  # noqa: F401 (write_*: re-exported)
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 from hipporag2.data.inputs import check_input_paths
@@ -285,16 +284,6 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
     with timings.stage("retrieval_setup"):
         retriever = build_retriever(parts)
     return retriever, parts.index
-
-
-def write_jsonl(path: Path, rows) -> None:
-    """Atomic: temp file, fsync, rename, fsync of the folder."""
-    atomicio.write_jsonl(path, rows)
-
-
-def write_json(path: Path, obj) -> None:
-    """Atomic: temp file, fsync, rename, fsync of the folder."""
-    atomicio.write_json(path, obj)
 
 
 def count_fallbacks(results: List[QueryResult]) -> int:
