@@ -28,17 +28,6 @@ class RunUnavailable(Exception):
     """The run folder lacks what an analysis needs (one line, naming the file)."""
 
 
-def _hydra_cwd(run_dir: Path) -> Optional[Path]:
-    import yaml
-
-    path = run_dir / ".hydra" / "hydra.yaml"
-    if not path.is_file():
-        return None
-    data = yaml.safe_load(path.read_text()) or {}
-    cwd = ((data.get("hydra") or {}).get("runtime") or {}).get("cwd")
-    return Path(cwd) if cwd else None
-
-
 def _run_record(run_dir: Path) -> dict:
     """metrics.json's "run" record (config, overrides, cwd), or {} for a run without one."""
     import json
@@ -78,7 +67,9 @@ def load_run_config(run_dir: Path | str) -> Config:
         cfg = validate(cfg)
     except ConfigError as e:
         raise RunUnavailable(f"{path}: {e}") from None
-    cwd = (Path(record["cwd"]) if record.get("cwd") else None) or _hydra_cwd(run_dir) or Path.cwd()
+    from hipporag2.report.runs import hydra_cwd
+
+    cwd = Path(record.get("cwd") or hydra_cwd(run_dir) or Path.cwd())
     for dotted in _PATH_FIELDS:
         section, _, name = dotted.rpartition(".")
         obj = getattr(cfg, section) if section else cfg
