@@ -11,10 +11,10 @@ How a line of the counted tree is attributed: ``git blame -w -M -C f3dd2f0..REV`
 names the commit that wrote it; lines older than f3dd2f0 are the baseline's. ``-M``
 follows lines moved within a file and ``-C`` lines moved from another file that the same
 commit changed: a move (the floor plan's regrouping, code lifted out of a module) keeps
-the commit that first wrote the line, whichever issue that was. Plain ``-w`` puts 1,012
-more lines on the commits since f3dd2f0. A second ``-C`` would also hand a line to any
-older file holding the same text when the commit created its file; that is a copy, not
-a move (the line exists because that commit added it: RAPTOR's, GraphRAG's and the
+the commit that first wrote the line, whichever issue that was (at e647e9f, plain ``-w``
+puts 1,012 more lines on the commits since f3dd2f0). A second ``-C`` would also hand a
+line to any older file holding the same text when the commit created its file; that is
+a copy, not a move (the line exists because that commit added it: RAPTOR's, GraphRAG's and the
 encoder server's new modules repeat imports and helpers of older files), so it is shown
 only as a check, not as the answer. Each commit that wrote package lines between
 f3dd2f0 and e647e9f is classified in ISSUE_OF below by the feature it builds or fixes
