@@ -236,8 +236,8 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
     # (openie=spacy makes no facts by design; its queries link to phrase nodes.)
     fallback_gate = 1.0 if sentences is not None else cfg.retrieval.max_fallback_rate
-    check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),
-                    len(corpus), fallback_gate)
+    source = str(report.get("openie_source", "OpenIE"))
+    check_has_facts(sum(len(ex.triples) for ex in extractions.values()), source, len(corpus), fallback_gate)
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
@@ -260,12 +260,10 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
                     save_index(index, path)
                 crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
-                check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")),
-                                len(corpus), fallback_gate)
+                check_has_facts(int(index.stats.get("facts", 0)), source, len(corpus), fallback_gate)
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
-    check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")), len(corpus),
-                    fallback_gate)
+    check_has_facts(int(index.stats.get("facts", 0)), source, len(corpus), fallback_gate)
     return index
 
 
