@@ -258,7 +258,6 @@ class HippoRAG:
 
             with np.load(self.save_dir / CONTENT_FILE) as arrays:
                 self._content = content_of_index(self._index, {k: arrays[k] for k in arrays.files})
-        self._saved_settings = state["settings"]
         log.info("opened %s: %d passages, %d phrases", self.save_dir, self._index.n_passages, self._index.n_phrases)
 
     def _save(self, settings: Dict[str, Any], appended: Optional[List[str]]) -> None:
@@ -282,7 +281,7 @@ class HippoRAG:
                     write_openie(self.save_dir / name, [e for e in exs if e is not None])
                     self._openie_files.append(name)
             else:
-                exs = [self._extractions.get(k) for k in self._passage_ids()]
+                exs = [self._extractions.get(passage_id(p)) for p in self._index.passages]
                 write_openie(self.save_dir / "openie.json", [e for e in exs if e is not None])
                 for stale in self._openie_files:
                     if stale != "openie.json":
@@ -293,11 +292,6 @@ class HippoRAG:
         save_index(self._index, self.save_dir / "index")
         atomicio.write_json(state_path, {"format": STATE_FORMAT, "passages": self._index.n_passages, "settings": settings,
                                          "openie_files": self._openie_files})
-
-    def _passage_ids(self) -> List[str]:
-        from hipporag2.text import passage_id
-
-        return [passage_id(p) for p in self._index.passages]
 
     def store(self):
         """The embedding cache of the configured encoder (the encoder loads on first miss)."""

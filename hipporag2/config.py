@@ -8,7 +8,7 @@ be the hash of exactly the settings that change its output.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -240,13 +240,6 @@ class Config:
     checkpoint_s: float = 30.0
 
 
-def _get(cfg: Any, dotted: str) -> Any:
-    obj = cfg
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def validate(cfg: Config) -> Config:
     """Range and choice checks that a dataclass type alone cannot express."""
     # Choice fields (method, solver, backends, ...): the registries are the one list.
@@ -281,9 +274,9 @@ def validate(cfg: Config) -> Config:
     if r.method == "none" and not cfg.qa.enabled:
         problems.append("retrieval.method=none retrieves nothing: it is the reader without passages, so it needs "
                         "qa=reader (and an llm)")
-    for key in ("retrieval.linking_top_k", "retrieval.retrieval_top_k", "retrieval.query_batch_size"):
-        if _get(cfg, key) < 1:
-            problems.append(f"{key}={_get(cfg, key)} must be >= 1")
+    for key in ("linking_top_k", "retrieval_top_k", "query_batch_size"):
+        if getattr(r, key) < 1:
+            problems.append(f"retrieval.{key}={getattr(r, key)} must be >= 1")
     if r.filter_max_new_tokens is not None and r.filter_max_new_tokens < 1:
         problems.append(f"retrieval.filter_max_new_tokens={r.filter_max_new_tokens} must be >= 1 (or null)")
     if (r.filter == "llm" and r.filter_parse == "reference" and cfg.llm.constrained_decoding

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
@@ -136,9 +137,7 @@ class Registry:
         if choice.target is None:
             raise ValueError(f"{self.family} {name!r} has no implementation to load")
         module, _, attr = choice.target.partition(":")
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj = attrgetter(attr)(importlib.import_module(module))
         if self.interface is not None:
             problems = self.interface.problems(obj)
             if problems:
@@ -163,20 +162,13 @@ def config_families() -> List[Registry]:
     return [r for r in FAMILIES.values() if r.key]
 
 
-def _get_dotted(cfg: Any, dotted: str) -> Any:
-    obj = cfg
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def check_config(cfg: Any) -> List[str]:
     """One message per config field whose value is outside its family (empty: all good).
     A family whose key the config does not have (yet) is skipped."""
     problems = []
     for reg in config_families():
         try:
-            value = _get_dotted(cfg, reg.key)
+            value = attrgetter(reg.key)(cfg)
         except AttributeError:
             continue
         if not reg.accepts(value):

@@ -5,7 +5,7 @@ Fields are read by name, not by string keys of a dict.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Triple = Tuple[str, str, str]
@@ -204,12 +204,6 @@ class RunReport:
     provenance: Dict[str, Any] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
 
-    _FIELDS = ("dataset", "method", "n_queries", "gold_passages", "gold_passages_missing_from_corpus",
-               "queries_without_gold", "corpus_passages", "corpus_duplicates_skipped", "corpus_empty_passages_skipped",
-               "dense_fallbacks", "dense_fallback_rate",
-               "embedded_this_run", "embedding_shards_corrupt_rebuilt", "retrieval_resumed_queries", "qa_em", "qa_f1",
-               "timings", "provenance")
-
     def recall_at(self, k: int) -> Optional[float]:
         return self.recall.get(f"recall@{k}")
 
@@ -239,3 +233,7 @@ class RunReport:
 
     def __contains__(self, key: str) -> bool:
         return key in self.to_json()
+
+
+# metrics.json's own keys of a RunReport, in field order (recall@k and extra are spread)
+RunReport._FIELDS = tuple(f.name for f in fields(RunReport) if f.name not in ("recall", "extra"))

@@ -28,8 +28,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from filelock import FileLock
 
-from hipporag2.files import atomicio
-from hipporag2.files.atomicio import crash_point
+from hipporag2.files.atomicio import crash_point, write_json, write_jsonl  # noqa: F401 (write_*: re-exported)
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 from hipporag2.data.inputs import check_input_paths
@@ -237,8 +236,8 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
     # Before anything is embedded: an OpenIE without one triple cannot make a graph run.
     # (openie=spacy makes no facts by design; its queries link to phrase nodes.)
     fallback_gate = 1.0 if sentences is not None else cfg.retrieval.max_fallback_rate
-    check_has_facts(sum(len(ex.triples) for ex in extractions.values()), str(report.get("openie_source", "OpenIE")),
-                    len(corpus), fallback_gate)
+    source = str(report.get("openie_source", "OpenIE"))
+    check_has_facts(sum(len(ex.triples) for ex in extractions.values()), source, len(corpus), fallback_gate)
     key = index_key(corpus_digest(corpus.strings), openie_key, store.dir.name, cfg.graph)
     path = Path(cfg.cache_dir) / "index" / key
     report["index_key"] = key
@@ -261,12 +260,10 @@ def get_index(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dict, ti
                     save_index(index, path)
                 crash_point("index_saved")
                 log.info("graph: %s", json.dumps(index.stats))
-                check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")),
-                                len(corpus), fallback_gate)
+                check_has_facts(int(index.stats.get("facts", 0)), source, len(corpus), fallback_gate)
                 return index
     log.info("index cache hit %s: OpenIE, embeddings and graph reused, nothing rebuilt", path)
-    check_has_facts(int(index.stats.get("facts", 0)), str(report.get("openie_source", "OpenIE")), len(corpus),
-                    fallback_gate)
+    check_has_facts(int(index.stats.get("facts", 0)), source, len(corpus), fallback_gate)
     return index
 
 
@@ -285,16 +282,6 @@ def make_retriever(cfg: Config, corpus: Corpus, store, llm: LazyLLM, report: Dic
     with timings.stage("retrieval_setup"):
         retriever = build_retriever(parts)
     return retriever, parts.index
-
-
-def write_jsonl(path: Path, rows) -> None:
-    """Atomic: temp file, fsync, rename, fsync of the folder."""
-    atomicio.write_jsonl(path, rows)
-
-
-def write_json(path: Path, obj) -> None:
-    """Atomic: temp file, fsync, rename, fsync of the folder."""
-    atomicio.write_json(path, obj)
 
 
 def count_fallbacks(results: List[QueryResult]) -> int:

@@ -44,6 +44,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hipporag2.files import atomicio
 from hipporag2.retrieve.filter_messages import facts_json
 from hipporag2.retrieve.filter_parse import map_to_candidates, parse_filter_answer
 from hipporag2.retrieve.filter_program import INPUT_FIELDS, OUTPUT_FIELD, OWN_PROGRAM, load_program
@@ -148,11 +149,8 @@ def save_program(module, path: str | Path, extra_metadata: Optional[Dict] = None
         "source": "hipporag2-tune-filter",
         **(extra_metadata or {}),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomicio.write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", "filter program")
     return data
 
 

@@ -143,20 +143,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     from hipporag2.files.atomicio import os_errors_exit
 
-    with os_errors_exit():  # a full disk or read-only --out: one line, exit 2
-        return _analyze(args, argv)
-
-
-def _analyze(args, argv) -> int:
-    try:
-        view = open_run(args.run)
-        cmd = "hipporag2-analyze " + " ".join(sys.argv[1:] if argv is None else list(argv))
-        table = ANALYSES.load("errors")(view, args.out or args.run, args.k, args.name, cmd)
-    except RunUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     out = args.out or args.run
-    print((out / f"{args.name}.md").read_text().split("\n", 1)[1])
+    with os_errors_exit():  # a full disk or read-only --out: one line, exit 2
+        try:
+            view = open_run(args.run)
+            cmd = "hipporag2-analyze " + " ".join(sys.argv[1:] if argv is None else list(argv))
+            table = ANALYSES.load("errors")(view, out, args.k, args.name, cmd)
+        except RunUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print((out / f"{args.name}.md").read_text().split("\n", 1)[1])
     print(f"per-question categories: {out / (args.name + '.jsonl')}  ({table.n_failing} questions)")
     return 0
 

@@ -30,29 +30,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--top", type=int, default=5, help="passages listed by PPR mass (default 5)")
     args = p.parse_args(argv)
     from hipporag2.analysis.explain import explanation_text
-    from hipporag2.registry import ANALYSES
     from hipporag2.analysis.figure import draw_explanation
     from hipporag2.files import atomicio
+    from hipporag2.registry import ANALYSES
 
     out = args.out or args.run / "explain"
     with atomicio.os_errors_exit():  # a full disk or read-only --out: one line, exit 2
-        return _explain(args, out, explain_question, explanation_text, draw_explanation, atomicio)
-
-
-def _explain(args, out, explain_question, explanation_text, draw_explanation, atomicio) -> int:
-    try:
-        view = open_run(args.run)
-        for qid in args.question_ids:
-            e = ANALYSES.load("explain")(view, qid, top_n=args.top)
-            text = explanation_text(e)
-            out.mkdir(parents=True, exist_ok=True)
-            atomicio.write_text(out / f"{safe_name(qid)}.txt", text)
-            png = draw_explanation(e, out / f"{safe_name(qid)}.png")
-            print(text)
-            print(f"picture: {png}\n")
-    except RunUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        try:
+            view = open_run(args.run)
+            for qid in args.question_ids:
+                e = ANALYSES.load("explain")(view, qid, top_n=args.top)
+                text = explanation_text(e)
+                out.mkdir(parents=True, exist_ok=True)
+                atomicio.write_text(out / f"{safe_name(qid)}.txt", text)
+                png = draw_explanation(e, out / f"{safe_name(qid)}.png")
+                print(text)
+                print(f"picture: {png}\n")
+        except RunUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

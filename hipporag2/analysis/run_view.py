@@ -13,7 +13,7 @@ one line saying which file and why, instead of analysing something else.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -21,22 +21,11 @@ from hipporag2.config import Config, ConfigError
 from hipporag2.results import QueryResult
 
 # Config fields that hold paths, resolved against the run's working directory.
-_PATH_FIELDS = (("data_dir",), ("cache_dir",), ("openie", "import_path"), ("retrieval", "filter_program"))
+_PATH_FIELDS = ("data_dir", "cache_dir", "openie.import_path", "retrieval.filter_program")
 
 
 class RunUnavailable(Exception):
     """The run folder lacks what an analysis needs (one line, naming the file)."""
-
-
-def _hydra_cwd(run_dir: Path) -> Optional[Path]:
-    import yaml
-
-    path = run_dir / ".hydra" / "hydra.yaml"
-    if not path.is_file():
-        return None
-    data = yaml.safe_load(path.read_text()) or {}
-    cwd = ((data.get("hydra") or {}).get("runtime") or {}).get("cwd")
-    return Path(cwd) if cwd else None
 
 
 def _run_record(run_dir: Path) -> dict:
@@ -78,18 +67,15 @@ def load_run_config(run_dir: Path | str) -> Config:
         cfg = validate(cfg)
     except ConfigError as e:
         raise RunUnavailable(f"{path}: {e}") from None
-    cwd = (Path(record["cwd"]) if record.get("cwd") else None) or _hydra_cwd(run_dir) or Path.cwd()
-    for fields in _PATH_FIELDS:
-        obj = cfg
-        for f in fields[:-1]:
-            obj = getattr(obj, f)
-        value = getattr(obj, fields[-1])
+    from hipporag2.report.runs import hydra_cwd
+
+    cwd = Path(record.get("cwd") or hydra_cwd(run_dir) or Path.cwd())
+    for dotted in _PATH_FIELDS:
+        section, _, name = dotted.rpartition(".")
+        obj = getattr(cfg, section) if section else cfg
+        value = getattr(obj, name)
         if value and not Path(value).is_absolute():
-            new = str(cwd / value)
-            if len(fields) == 1:
-                cfg = replace(cfg, **{fields[0]: new})
-            else:
-                setattr(obj, fields[-1], new)
+            setattr(obj, name, str(cwd / value))
     return cfg
 
 

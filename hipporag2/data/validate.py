@@ -131,16 +131,18 @@ def require_bool(path, record, field: Optional[str], value: Any) -> bool:
 _DEMO_FIELDS = ("question", "fact_before_filter", "fact_after_filter")
 
 
-def _find_predictor(path, data: Dict) -> tuple[Optional[Dict], str]:
-    """The predictor object of a saved DSPy program and its location (as field path)."""
-    if "prog" in data:
-        return require_dict(path, None, "prog", data["prog"]), "prog"
+def find_predictor(data: Any) -> tuple[Optional[Dict], str]:
+    """The predictor object of a saved DSPy program and its location (as field path),
+    or (None, ""); the filter reads its program through this too (filter_program.py)."""
+    if not isinstance(data, dict):
+        return None, ""
+    if isinstance(data.get("prog"), dict):
+        return data["prog"], "prog"
     if any(k in data for k in ("demos", "signature", "system")):
         return data, ""
+    # A DSPy state save names predictors by attribute path (e.g. "prog.predict").
     for key, value in data.items():
-        if key == "metadata":
-            continue
-        if isinstance(value, dict) and ("demos" in value or "signature" in value):
+        if key != "metadata" and isinstance(value, dict) and ("demos" in value or "signature" in value):
             return value, key
     return None, ""
 
@@ -158,7 +160,9 @@ def validate_filter_program(path: Path | str) -> Dict[str, Any]:
     """
     data = read_json(path)
     require_dict(path, None, None, data, "an object holding a saved DSPy program")
-    pred, where = _find_predictor(path, data)
+    if "prog" in data:
+        require_dict(path, None, "prog", data["prog"])
+    pred, where = find_predictor(data)
     if pred is None:
         raise DataError(path, "expected an object with 'prog' (or a predictor with 'demos'/'signature'/'system')")
     prefix = f"{where}." if where else ""

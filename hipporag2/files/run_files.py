@@ -18,6 +18,7 @@ sweep or the library reads like one made by Hydra, without a `.hydra/` of its ow
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +29,8 @@ from hipporag2.files.atomicio import crash_hit, crash_now, crash_point
 from hipporag2.files.result_lines import RetrievalLines
 from hipporag2.results import QueryResult
 from hipporag2.files.stagekeys import digest
+
+log = logging.getLogger("hipporag2")
 
 RETRIEVAL_FILE = "retrieval.jsonl"
 KEY_FILE = ".retrieval.key"
@@ -74,10 +77,8 @@ class RetrievalFile:
                 saved = None
         if saved != self.header or not self.path.is_file():
             if self.path.is_file() or self.key_path.is_file():
-                from logging import getLogger
-
-                getLogger("hipporag2").info("%s is from other settings or data (or unfinished without a key); "
-                                            "starting retrieval over", self.path)
+                log.info("%s is from other settings or data (or unfinished without a key); starting retrieval over",
+                         self.path)
             self.path.unlink(missing_ok=True)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomicio.write_json(self.key_path, self.header)
@@ -88,10 +89,8 @@ class RetrievalFile:
             f.flush()
             os.fsync(f.fileno())
         if results:
-            from logging import getLogger
-
-            getLogger("hipporag2").info("retrieval checkpoint %s: %d of %d queries already done, resuming",
-                                        self.path, len(results), len(self.queries))
+            log.info("retrieval checkpoint %s: %d of %d queries already done, resuming",
+                     self.path, len(results), len(self.queries))
         return results
 
     def _read_back(self) -> Tuple[List[QueryResult], int]:

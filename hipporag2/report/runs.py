@@ -171,6 +171,13 @@ class Run:
         return {k: v for k, v in self.config.items() if not k.startswith(NON_SETTINGS) and not k.startswith("hydra.")}
 
 
+def hydra_cwd(run_dir: Path) -> Optional[str]:
+    """The folder a run without metrics.json's run record was started in (`.hydra/hydra.yaml`)."""
+    path = run_dir / ".hydra" / "hydra.yaml"
+    h = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return ((h.get("hydra") or {}).get("runtime") or {}).get("cwd")
+
+
 def load_run(path: Path | str) -> Run:
     """A run folder: metrics.json's "run" record (`run_files.write_run`) gives the
     config, overrides and working directory; folders written before it had one give
@@ -190,9 +197,8 @@ def load_run(path: Path | str) -> Run:
         config = _resolve_config(hydra_dir / "config.yaml")
     if record is None and (hydra_dir / "overrides.yaml").is_file():
         overrides = [str(o) for o in (yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or [])]
-    if record is None and (hydra_dir / "hydra.yaml").is_file():
-        h = yaml.safe_load((hydra_dir / "hydra.yaml").read_text()) or {}
-        cwd = ((h.get("hydra") or {}).get("runtime") or {}).get("cwd")
+    if record is None:
+        cwd = hydra_cwd(path)
     stats = None
     if (path / "graph_stats.json").is_file():
         stats = json.loads((path / "graph_stats.json").read_text())

@@ -93,25 +93,13 @@ def render_system(instructions: str, descriptions: Dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _find_predictor(data: Any) -> Optional[Dict]:
-    if not isinstance(data, dict):
-        return None
-    if "prog" in data and isinstance(data["prog"], dict):
-        return data["prog"]
-    if "demos" in data or "signature" in data or "system" in data:
-        return data
-    # A DSPy state save names predictors by attribute path (e.g. "prog.predict").
-    for key, value in data.items():
-        if key != "metadata" and isinstance(value, dict) and ("demos" in value or "signature" in value):
-            return value
-    return None
-
-
 _OUTPUT_TYPE = re.compile(r"`" + OUTPUT_FIELD + r"` \((\w+)\)")
 
 
 def program_from_dict(data: Any, path: str = "", name: str = "") -> FilterProgram:
-    pred = _find_predictor(data)
+    from hipporag2.data.validate import find_predictor
+
+    pred, _ = find_predictor(data)
     if pred is None:
         raise ProgramError(f"{path or 'filter program'}: expected an object with 'prog' (or 'demos'/'signature'/'system')")
     sig = pred.get("signature") or {}
