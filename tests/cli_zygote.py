@@ -128,6 +128,14 @@ def zygote_main() -> None:
     import hipporag2.cli  # noqa: F401
     import hipporag2.pipeline  # noqa: F401
     import hipporag2.sweep  # noqa: F401
+    # What every run that builds or queries a graph imports later (numba and the compiled
+    # kernels' modules, MiniLM's model class): ~0.6 CPU s per child otherwise. Importing
+    # starts no thread (numba's threading layer starts at the first parallel kernel's
+    # call, in the child), so forking stays safe.
+    import hipporag2.graph.knn_kernels  # noqa: F401
+    import hipporag2.retrieve.ppr.kernels  # noqa: F401
+    import hipporag2.retrieve.scoring_kernels  # noqa: F401
+    import transformers.models.bert.modeling_bert  # noqa: F401
 
     import resource
 
