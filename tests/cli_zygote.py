@@ -193,8 +193,9 @@ class ZygoteChild:
 
 
 class CliZygote:
-    """A zygote for one test module; `run` ~ `subprocess.run([python, -m, hipporag2.cli,
-    *args], capture_output=True, text=True)`. Close it (the module fixture does)."""
+    """A zygote process; `run` ~ `subprocess.run([python, -m, hipporag2.cli, *args],
+    capture_output=True, text=True)`. Tests use the shared one (`run`, `popen` and
+    `shared_zygote` below), which tests/conftest.py closes at the session's end."""
 
     def __init__(self, env: Dict[str, str]):
         self._tmp = Path(tempfile.mkdtemp(prefix="hipporag2-zygote-"))
