@@ -4,8 +4,8 @@ processes, forked from one process that has imported the heavy libraries once.
 A CLI process spends ~9 CPU s importing torch, sentence-transformers, Hydra, igraph
 and our package before it reads its first argument (measured on the 2-core machine,
 docs/testing.md "Round 7"); the reliability files start dozens of them. A `CliZygote`
-(a module fixture of such a file) starts this file as a script with the file's child
-environment; that process imports those libraries and forks one child per request.
+starts this file as a script with the tests' child environment; that process imports
+those libraries and forks one child per request.
 Each child becomes what `python -m hipporag2.cli ARGS` is: the requested environment
 (replacing the inherited one), working folder, stdin from /dev/null, stdout and
 stderr to files, `hipporag2.cli` executed as `__main__` by runpy (as `-m` does, with
@@ -17,13 +17,26 @@ interrupt tests use (poll, send_signal, communicate, kill, wait).
 
 What is NOT the same as a fresh interpreter: modules imported before the fork are not
 imported again, so an environment variable read at IMPORT time by those libraries is
-the zygote's (started with the file's child environment, so these match). A test
+the zygote's (started with a child environment whose import-time variables are the
+request's, so these match: see below). A test
 about the interpreter's start itself (import errors, `--help` speed, the wheel) keeps
 a real subprocess.
 
-CPU accounting: the zygote waits for every child, and pytest waits for the zygote when
-the fixture closes it, so the children's CPU reaches `RUSAGE_CHILDREN` (the CPU column
-of `benchmarks/pytest_cputime.py`) in the teardown of the module's last test.
+One zygote per test process (`shared_zygote`), not per module (round 8): every file of
+an xdist worker forks from the same one, so the imports are paid once per worker. A
+file's child environment may still differ from another's in a variable the libraries
+read at import time (`IMPORT_TIME_PREFIXES`: threads, offline flags, the path); such
+an environment gets a zygote of its own. The package reads its own `HIPPORAG2_*`
+variables at run time, so those may differ per run. `close_shared` (a session
+fixture in tests/conftest.py) reaps them.
+
+CPU accounting: the zygote reports the CPU of its imports when it is ready and each
+child's (`os.wait4`: the child and every process it waited for) when it ends;
+`unreaped_cpu_s` is the sum of what live zygotes reported, which
+`benchmarks/pytest_cputime.py` adds to `RUSAGE_CHILDREN` (its CPU column), so a test is
+charged for the runs it forked when they end, and the file that started the zygote
+for its imports. When a zygote is reaped, all of it reaches `RUSAGE_CHILDREN` and its
+reported share leaves `unreaped_cpu_s`, so nothing is counted twice.
 """
 from __future__ import annotations
 
@@ -36,7 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -115,10 +128,21 @@ def zygote_main() -> None:
     import hipporag2.cli  # noqa: F401
     import hipporag2.pipeline  # noqa: F401
     import hipporag2.sweep  # noqa: F401
+    # What every run that builds or queries a graph imports later (numba and the compiled
+    # kernels' modules, MiniLM's model class): ~0.6 CPU s per child otherwise. Importing
+    # starts no thread (numba's threading layer starts at the first parallel kernel's
+    # call, in the child), so forking stays safe.
+    import hipporag2.graph.knn_kernels  # noqa: F401
+    import hipporag2.retrieve.ppr.kernels  # noqa: F401
+    import hipporag2.retrieve.scoring_kernels  # noqa: F401
+    import transformers.models.bert.modeling_bert  # noqa: F401
+
+    import resource
 
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints of the zygote go to its log, never into the replies
-    reply.write(json.dumps({"ready": True}) + "\n")
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    reply.write(json.dumps({"ready": True, "cpu_s": me.ru_utime + me.ru_stime}) + "\n")
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()
@@ -126,8 +150,9 @@ def zygote_main() -> None:
             reply.close()
             _child(req)
         reply.write(json.dumps({"pid": pid}) + "\n")
-        _, status = os.waitpid(pid, 0)
-        reply.write(json.dumps({"pid": pid, "status": os.waitstatus_to_exitcode(status)}) + "\n")
+        _, status, usage = os.wait4(pid, 0)  # the child's CPU with that of the processes it waited for
+        reply.write(json.dumps({"pid": pid, "status": os.waitstatus_to_exitcode(status),
+                                "cpu_s": usage.ru_utime + usage.ru_stime}) + "\n")
 
 
 # ---- the test side --------------------------------------------------------------------
@@ -168,8 +193,9 @@ class ZygoteChild:
 
 
 class CliZygote:
-    """A zygote for one test module; `run` ~ `subprocess.run([python, -m, hipporag2.cli,
-    *args], capture_output=True, text=True)`. Close it (the module fixture does)."""
+    """A zygote process; `run` ~ `subprocess.run([python, -m, hipporag2.cli, *args],
+    capture_output=True, text=True)`. Tests use the shared one (`run`, `popen` and
+    `shared_zygote` below), which tests/conftest.py closes at the session's end."""
 
     def __init__(self, env: Dict[str, str]):
         self._tmp = Path(tempfile.mkdtemp(prefix="hipporag2-zygote-"))
@@ -179,6 +205,8 @@ class CliZygote:
         self._buf = b""
         self._n = 0
         self._ready = False
+        self._child: Optional[ZygoteChild] = None
+        self.cpu_s = 0.0  # reported by the zygote and not yet in this process's RUSAGE_CHILDREN
 
     def _reply(self, timeout: Optional[float]) -> Optional[Dict]:
         """The zygote's next reply line, or None when none came within `timeout` s."""
@@ -194,19 +222,30 @@ class CliZygote:
                 raise RuntimeError(f"the CLI zygote ended (exit {self._proc.wait()}):\n{log}")
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+        msg = json.loads(line)
+        self.cpu_s += float(msg.get("cpu_s", 0.0))
+        return msg
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
 
     def popen(self, args: Sequence[str], cwd: Path, env: Dict[str, str], module: str = "hipporag2.cli") -> ZygoteChild:
         if not self._ready:
-            assert self._reply(timeout=600) == {"ready": True}
+            assert self._reply(timeout=600).get("ready") is True
             self._ready = True
+        if self._child is not None and self._child.poll() is None:
+            # A run a failed test left behind: the zygote waits for it before it reads the
+            # next request, so end it here rather than in the next file's test.
+            self._child.kill()
+            self._child.wait()
         self._n += 1
         out, err = self._tmp / f"{self._n}.out", self._tmp / f"{self._n}.err"
         req = {"module": module, "argv": [str(a) for a in args], "env": dict(env), "cwd": str(cwd), "out": str(out), "err": str(err)}
         self._proc.stdin.write((json.dumps(req) + "\n").encode())
         self._proc.stdin.flush()
         pid = self._reply(timeout=60)["pid"]
-        return ZygoteChild(self, list(args), pid, out, err)
+        self._child = ZygoteChild(self, list(args), pid, out, err)
+        return self._child
 
     def run(self, args: Sequence[str], cwd: Path, env: Dict[str, str], timeout: Optional[float] = None,
             module: str = "hipporag2.cli") -> subprocess.CompletedProcess:
@@ -221,8 +260,12 @@ class CliZygote:
         return subprocess.CompletedProcess(child.args, child.returncode, out, err)
 
     def close(self) -> None:
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()
+            self._child.wait()
         self._proc.stdin.close()
         self._proc.wait(timeout=60)  # reaps it: its children's CPU reaches RUSAGE_CHILDREN
+        self.cpu_s = 0.0  # ... and leaves what it had reported
         self._proc.stdout.close()
         self._log.close()
         import shutil
@@ -230,22 +273,66 @@ class CliZygote:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-class LazyZygote:
-    """A module's zygote, started by the first CLI run that asks (a test file run in
-    part may start none); `close` (in the module fixture's teardown) reaps it."""
+# ---- one zygote per test process, shared by the files ---------------------------------
+# Variables that torch/OpenMP, tokenizers, Hugging Face and the interpreter read when
+# they are imported (or, for PYTHONPATH, that decide what is imported): a child
+# environment that differs in one of these gets a zygote of its own.
+IMPORT_TIME_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "TOKENIZERS_", "HF_", "TRANSFORMERS_", "TORCH",
+                        "CUDA_", "NUMBA_", "PYTHON", "LD_")
+_SHARED: Dict[tuple, CliZygote] = {}
 
-    def __init__(self, env: Callable[[], Dict[str, str]]):
-        self._env, self._zygote = env, None
 
-    def get(self) -> CliZygote:
-        if self._zygote is None:
-            self._zygote = CliZygote(self._env())
-        return self._zygote
+def child_env(**extra: str) -> Dict[str, str]:
+    """The environment of a forked (or real) CLI run in the tests: offline, this
+    checkout's package, one OpenMP/MKL thread, no tokenizer threads."""
+    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **extra)
 
-    def close(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+
+def import_key(env: Dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)))
+
+
+def unreaped_cpu_s() -> float:
+    """CPU seconds the live zygotes reported (imports, finished children) that this
+    process's RUSAGE_CHILDREN does not hold yet (see the module docstring)."""
+    return sum(z.cpu_s for z in _SHARED.values())
+
+
+def _count_in_cputime_plugin() -> None:
+    plugin = sys.modules.get("benchmarks.pytest_cputime")  # loaded by `-p benchmarks.pytest_cputime`
+    extra = getattr(plugin, "EXTRA_CPU", None)
+    if extra is not None and unreaped_cpu_s not in extra:
+        extra.append(unreaped_cpu_s)
+
+
+def shared_zygote(env: Dict[str, str]) -> CliZygote:
+    """This process's zygote for `env`'s import-time variables, started on first use."""
+    key = import_key(env)
+    zygote = _SHARED.get(key)
+    if zygote is None or not zygote.alive():
+        if zygote is not None:
+            zygote.cpu_s = 0.0  # it ended (and was reaped by alive()): its CPU is in RUSAGE_CHILDREN
+        _count_in_cputime_plugin()
+        zygote = _SHARED[key] = CliZygote(env)
+    return zygote
+
+
+def run(args: Sequence[str], cwd: Path, env: Dict[str, str], timeout: Optional[float] = None,
+        module: str = "hipporag2.cli") -> subprocess.CompletedProcess:
+    """`subprocess.run([python, -m, MODULE, *args], capture_output=True, text=True)`, forked."""
+    return shared_zygote(env).run(args, cwd, env, timeout, module)
+
+
+def popen(args: Sequence[str], cwd: Path, env: Dict[str, str], module: str = "hipporag2.cli") -> ZygoteChild:
+    return shared_zygote(env).popen(args, cwd, env, module)
+
+
+def close_shared() -> None:
+    """Reap every zygote (the session's end; tests/conftest.py)."""
+    while _SHARED:
+        _, zygote = _SHARED.popitem()
+        zygote.close()
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["zygote"]:

@@ -121,6 +121,16 @@ def _minilm_takes_idle_cores():
         encoders.SentenceTransformerEncoder._encode = plain
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cli_zygotes():
+    """The CLI runs the files fork (tests/cli_zygote.py) come from one zygote per test
+    process, reaped here at the session's end (its runs' CPU is counted as they end)."""
+    yield
+    from tests.cli_zygote import close_shared
+
+    close_shared()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     needed = [SHARED_DATA / "musique_train.json", SHARED_DATA / "musique_train_corpus.json", MUSIQUE_OPENIE]

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hipporag2.embed.errors import EncoderError
+from tests import cli_zygote
 
 REPO = Path(__file__).resolve().parents[1]
 ENCODERS_VENV = REPO / ".venv-encoders"
@@ -46,9 +46,8 @@ def preset(name: str, *overrides: str):
 
 
 def cli(args, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "hipporag2.cli", *args], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    """`python -m hipporag2.cli ARGS`, forked from the session's zygote (tests/cli_zygote.py)."""
+    return cli_zygote.run(args, cwd=cwd, env=cli_zygote.child_env(), timeout=timeout)
 
 
 # --------------------------------------------------------------------------- checks before work

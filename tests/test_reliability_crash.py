@@ -7,11 +7,11 @@ run is killed with SIGKILL, at each named write boundary of the pipeline
 then restarted; the run that finally completes must leave `retrieval.jsonl` and
 `graph_stats.json` byte-identical to an uninterrupted run in a separate cache.
 
-Starting Python, torch and sentence-transformers costs ~20 s per process on a busy
-CPU, so the runs are forked from a "zygote" process (this file run as a script) that
-has imported them once; each child then executes exactly what `python -m
-hipporag2.cli ARGS` executes. The uninterrupted reference run is a genuine
-`python -m hipporag2.cli` subprocess.
+Starting Python, torch and sentence-transformers costs ~10 CPU s per process, so the
+runs are forked from the session's zygote (tests/cli_zygote.py), which has imported
+them once; each child then executes exactly what `python -m hipporag2.cli ARGS`
+executes. The uninterrupted reference run is a genuine `python -m hipporag2.cli`
+subprocess.
 """
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests import cli_zygote
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,100 +86,13 @@ def cli_args(data: Path, cache: Path, run_dir: Path) -> list[str]:
     ]
 
 
-def child_env() -> dict:
+def child_env(**extra: str) -> dict:
     # One torch thread: on a small shared machine spinning OpenMP threads cost far more
     # than they gain for 30 passages (and every run uses the same setting).
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.pop("HIPPORAG2_CRASH_AT", None)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env = cli_zygote.child_env(**extra)
+    if "HIPPORAG2_CRASH_AT" not in extra:
+        env.pop("HIPPORAG2_CRASH_AT", None)
     return env
-
-
-# ---- the zygote ---------------------------------------------------------------------
-
-
-def zygote_main() -> None:
-    """Import the heavy libraries once, then fork one child per request on stdin.
-
-    Request (one JSON line): {"argv": [...], "env": {...}}. Replies: {"pid": PID} when
-    the child starts and {"pid": PID, "status": exit code or -signal} when it ends.
-    """
-    import hydra  # noqa: F401
-    import igraph  # noqa: F401
-    import sentence_transformers  # noqa: F401
-    import torch  # noqa: F401
-
-    import hipporag2.cli  # noqa: F401
-    import hipporag2.pipeline  # noqa: F401
-
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:  # the child: exactly `python -m hipporag2.cli ARGS`
-            code = 0
-            try:
-                os.environ.update(req.get("env", {}))
-                devnull = os.open(os.devnull, os.O_RDWR)
-                os.dup2(devnull, 0)
-                os.dup2(2, 1)  # stdout is the reply pipe: the child's prints go to the log
-                sys.argv = ["hipporag2"] + req["argv"]
-                from hipporag2.cli import main
-
-                main()
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-                code = 1
-            finally:
-                import logging
-
-                logging.shutdown()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        print(json.dumps({"pid": pid}), flush=True)
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        print(json.dumps({"pid": pid, "status": code}), flush=True)
-
-
-class Zygote:
-    def __init__(self, log_path: Path):
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log, text=True, env=child_env(), cwd=str(REPO),
-        )
-        self.ready = False
-
-    def _ready(self) -> None:
-        if not self.ready:
-            line = self.proc.stdout.readline()
-            assert line and json.loads(line).get("ready"), "zygote did not start (see zygote.log)"
-            self.ready = True
-
-    def start(self, argv, env=None) -> int:
-        self._ready()
-        self.proc.stdin.write(json.dumps({"argv": argv, "env": env or {}}) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())["pid"]
-
-    def wait(self) -> int:
-        return json.loads(self.proc.stdout.readline())["status"]
-
-    def run(self, argv, env=None) -> int:
-        self.start(argv, env)
-        return self.wait()
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-        self.log.close()
 
 
 # ---- the test -----------------------------------------------------------------------
@@ -224,103 +139,110 @@ def _wait_for(pred, pid: int, timeout: float, poll: float = 0.02) -> bool:
 def test_sigkill_anywhere_resumes_to_identical_outputs(tmp_path):
     data = tmp_path / "data"
     write_tiny_dataset(data)
-    zygote = Zygote(tmp_path / "zygote.log")  # imports while the reference runs
-    try:
-        # 1. Uninterrupted reference: a genuine `python -m hipporag2.cli` process.
-        #    It also carries credentials in llm.base_url and a key in the environment,
-        #    which must not reach Hydra's saved config, the log or metrics.json.
-        ref_dir = tmp_path / "ref"
-        secrets = ("sk-reliabilitytest0123456789", "urlpassword42", "env-key-value-9876")
-        url = f"https://user:{secrets[1]}@llm.example.invalid/v1?api_key={secrets[0]}"
-        t0 = time.time()
-        proc = subprocess.run(
-            [sys.executable, "-m", "hipporag2.cli", *cli_args(data, tmp_path / "cache_ref", ref_dir), f"llm.base_url='{url}'"],
-            cwd=str(REPO), env=dict(child_env(), OPENAI_API_KEY=secrets[2]), capture_output=True, text=True, timeout=600,
-        )
-        ref_wall = time.time() - t0
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        saved = [ref_dir / "run.log", ref_dir / "metrics.json", *sorted((ref_dir / ".hydra").glob("*.yaml"))]
-        assert len(saved) == 5
-        for f in saved:
-            assert not any(s in f.read_text() for s in secrets), f"a secret leaked into {f}"
-        assert "https://***@llm.example.invalid/v1?api_key=***" in (ref_dir / ".hydra" / "config.yaml").read_text()
-        ref = _outputs(ref_dir)
-        assert not (ref_dir / "retrieval.partial.jsonl").exists()
-        ref_metrics = json.loads((ref_dir / "metrics.json").read_text())
+    cli_zygote.shared_zygote(child_env())  # if not started yet, it imports while the reference runs
 
-        # 2. Killed at every write boundary in turn, each restart resuming the last.
-        chain_dir, chain_cache = tmp_path / "chain", tmp_path / "cache_chain"
-        argv = cli_args(data, chain_cache, chain_dir)
-        for point in CRASH_CHAIN:
-            status = zygote.run(argv, {"HIPPORAG2_CRASH_AT": point})
-            assert status == -signal.SIGKILL, f"crash point {point!r} was not reached (exit {status}); see {tmp_path}/zygote.log"
-        assert zygote.run(argv) == 0
-        assert _outputs(chain_dir) == ref
-        assert not (chain_dir / "retrieval.partial.jsonl").exists()
-        log = (chain_dir / "run.log").read_text()
-        assert "queries already done, resuming" in log
-        assert "index cache hit" in log
-        assert not list(chain_dir.glob("*.tmp-*"))
-        metrics = json.loads((chain_dir / "metrics.json").read_text())
-        assert metrics["recall@5"] == ref_metrics["recall@5"]
+    def fork(argv, **extra):
+        """A forked `python -m hipporag2.cli ARGV` (a `subprocess.Popen`-like handle)."""
+        return cli_zygote.popen(argv, cwd=REPO, env=child_env(**extra))
 
-        # 3. Killed from outside at random moments of each stage (several seeds). The
-        #    stage windows are timed first on an uninterrupted run forked the same way
-        #    (the reference ran in a cold process, whose stage times say little about a
-        #    fork), then each run waits for its stage's marker (written by the pipeline)
-        #    and is killed after a random fraction of that window.
-        def new_log(d: Path, offset: int) -> str:
-            p = d / "run.log"
-            return p.read_text()[offset:] if p.exists() else ""
+    def run(argv, **extra):
+        child = fork(argv, **extra)
+        child.wait()
+        return child.returncode, child.communicate()[1][-3000:]
 
-        def fresh(p: Path, t: float) -> bool:
-            return p.exists() and p.stat().st_mtime >= t
+    # 1. Uninterrupted reference: a genuine `python -m hipporag2.cli` process.
+    #    It also carries credentials in llm.base_url and a key in the environment,
+    #    which must not reach Hydra's saved config, the log or metrics.json.
+    ref_dir = tmp_path / "ref"
+    secrets = ("sk-reliabilitytest0123456789", "urlpassword42", "env-key-value-9876")
+    url = f"https://user:{secrets[1]}@llm.example.invalid/v1?api_key={secrets[0]}"
+    t0 = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "hipporag2.cli", *cli_args(data, tmp_path / "cache_ref", ref_dir), f"llm.base_url='{url}'"],
+        cwd=str(REPO), env=dict(child_env(), OPENAI_API_KEY=secrets[2]), capture_output=True, text=True, timeout=600,
+    )
+    ref_wall = time.time() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = [ref_dir / "run.log", ref_dir / "metrics.json", *sorted((ref_dir / ".hydra").glob("*.yaml"))]
+    assert len(saved) == 5
+    for f in saved:
+        assert not any(s in f.read_text() for s in secrets), f"a secret leaked into {f}"
+    assert "https://***@llm.example.invalid/v1?api_key=***" in (ref_dir / ".hydra" / "config.yaml").read_text()
+    ref = _outputs(ref_dir)
+    assert not (ref_dir / "retrieval.partial.jsonl").exists()
+    ref_metrics = json.loads((ref_dir / "metrics.json").read_text())
 
-        markers = {
-            "index": lambda d, t, off: "building index" in new_log(d, off),
-            "retrieval": lambda d, t, off: fresh(d / "graph_stats.json", t),
-        }
-        cal_dir = tmp_path / "calibration"
-        t_start = time.time() - 0.01
-        pid = zygote.start(cli_args(data, tmp_path / "cache_calibration", cal_dir))
-        seen = {}
-        while len(seen) < len(markers) and _alive(pid):
-            for stage, marker in markers.items():
-                if stage not in seen and marker(cal_dir, t_start, 0):
-                    seen[stage] = time.time()
-            time.sleep(0.005)
-        assert zygote.wait() == 0
-        t_end = time.time()
-        assert set(seen) == set(markers), f"stage markers not seen in an uninterrupted run: {sorted(seen)}"
-        windows = {"index": seen["retrieval"] - seen["index"], "retrieval": t_end - seen["retrieval"]}
+    # 2. Killed at every write boundary in turn, each restart resuming the last.
+    chain_dir, chain_cache = tmp_path / "chain", tmp_path / "cache_chain"
+    argv = cli_args(data, chain_cache, chain_dir)
+    for point in CRASH_CHAIN:
+        status, err = run(argv, HIPPORAG2_CRASH_AT=point)
+        assert status == -signal.SIGKILL, f"crash point {point!r} was not reached (exit {status}):\n{err}"
+    status, err = run(argv)
+    assert status == 0, err
+    assert _outputs(chain_dir) == ref
+    assert not (chain_dir / "retrieval.partial.jsonl").exists()
+    log = (chain_dir / "run.log").read_text()
+    assert "queries already done, resuming" in log
+    assert "index cache hit" in log
+    assert not list(chain_dir.glob("*.tmp-*"))
+    metrics = json.loads((chain_dir / "metrics.json").read_text())
+    assert metrics["recall@5"] == ref_metrics["recall@5"]
 
-        total_kills = 0
-        for seed in range(3):
-            rng = random.Random(seed)
-            run_dir, cache = tmp_path / f"rand{seed}", tmp_path / f"cache_rand{seed}"
-            argv = cli_args(data, cache, run_dir)
-            kills = 0
-            for stage, marker in markers.items():
-                log_offset = len((run_dir / "run.log").read_text()) if (run_dir / "run.log").exists() else 0
-                t_start = time.time() - 0.01
-                pid = zygote.start(argv)
-                if _wait_for(lambda: marker(run_dir, t_start, log_offset), pid, timeout=ref_wall + 60, poll=0.005):
-                    time.sleep(rng.uniform(0, 0.6 * windows[stage]))
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                status = zygote.wait()
-                kills += status == -signal.SIGKILL
-                assert status in (0, -signal.SIGKILL), f"seed {seed} stage {stage}: exit {status}; see {tmp_path}/zygote.log"
-            assert zygote.run(argv) == 0
-            assert _outputs(run_dir) == ref, f"seed {seed}: outputs differ after {kills} kills"
-            total_kills += kills
-        windows_s = {k: round(v, 3) for k, v in windows.items()}
-        assert total_kills >= 3, f"only {total_kills} of 6 random kills landed before the run ended (stage windows {windows_s} s)"
-    finally:
-        zygote.close()
+    # 3. Killed from outside at random moments of each stage (several seeds). The
+    #    stage windows are timed first on an uninterrupted run forked the same way
+    #    (the reference ran in a cold process, whose stage times say little about a
+    #    fork), then each run waits for its stage's marker (written by the pipeline)
+    #    and is killed after a random fraction of that window.
+    def new_log(d: Path, offset: int) -> str:
+        p = d / "run.log"
+        return p.read_text()[offset:] if p.exists() else ""
 
+    def fresh(p: Path, t: float) -> bool:
+        return p.exists() and p.stat().st_mtime >= t
 
-if __name__ == "__main__" and sys.argv[1:] == ["zygote"]:
-    zygote_main()
+    markers = {
+        "index": lambda d, t, off: "building index" in new_log(d, off),
+        "retrieval": lambda d, t, off: fresh(d / "graph_stats.json", t),
+    }
+    cal_dir = tmp_path / "calibration"
+    t_start = time.time() - 0.01
+    child = fork(cli_args(data, tmp_path / "cache_calibration", cal_dir))
+    pid = child.pid
+    seen = {}
+    while len(seen) < len(markers) and _alive(pid):
+        for stage, marker in markers.items():
+            if stage not in seen and marker(cal_dir, t_start, 0):
+                seen[stage] = time.time()
+        time.sleep(0.005)
+    assert child.wait() == 0, child.communicate()[1][-3000:]
+    t_end = time.time()
+    assert set(seen) == set(markers), f"stage markers not seen in an uninterrupted run: {sorted(seen)}"
+    windows = {"index": seen["retrieval"] - seen["index"], "retrieval": t_end - seen["retrieval"]}
+
+    total_kills = 0
+    for seed in range(3):
+        rng = random.Random(seed)
+        run_dir, cache = tmp_path / f"rand{seed}", tmp_path / f"cache_rand{seed}"
+        argv = cli_args(data, cache, run_dir)
+        kills = 0
+        for stage, marker in markers.items():
+            log_offset = len((run_dir / "run.log").read_text()) if (run_dir / "run.log").exists() else 0
+            t_start = time.time() - 0.01
+            child = fork(argv)
+            pid = child.pid
+            if _wait_for(lambda: marker(run_dir, t_start, log_offset), pid, timeout=ref_wall + 60, poll=0.005):
+                time.sleep(rng.uniform(0, 0.6 * windows[stage]))
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            status = child.wait()
+            kills += status == -signal.SIGKILL
+            assert status in (0, -signal.SIGKILL), f"seed {seed} stage {stage}: exit {status}\n{child.communicate()[1][-3000:]}"
+        status, err = run(argv)
+        assert status == 0, err
+        assert _outputs(run_dir) == ref, f"seed {seed}: outputs differ after {kills} kills"
+        total_kills += kills
+    windows_s = {k: round(v, 3) for k, v in windows.items()}
+    assert total_kills >= 3, f"only {total_kills} of 6 random kills landed before the run ended (stage windows {windows_s} s)"

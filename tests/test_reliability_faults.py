@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_zygote import LazyZygote
+from tests import cli_zygote
 from tests.faulty_llm_server import FaultyServer
 from tests.test_reliability_crash import write_tiny_dataset
 
@@ -44,26 +44,16 @@ N_PEOPLE = 7  # 7 people, 7 towns, 5 countries, 5 festivals: 24 passages, 48 Ope
 
 
 def _env() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HIPPORAG2_TEST_NO_KEY="")
+    return cli_zygote.child_env(HIPPORAG2_TEST_NO_KEY="")  # the same import-time variables in every file: one zygote
 
 
 def _cli_argv(args) -> list:
     return [sys.executable, "-m", "hipporag2.cli", *args]
 
 
-_ZYGOTE = LazyZygote(_env)  # the module's CLI runs are forked from it (tests/cli_zygote.py)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cli_zygote():
-    yield
-    _ZYGOTE.close()
-
-
 def _cli(args, cwd: Path, timeout: int = 600, prefix=()):
-    if not prefix:  # `python -m hipporag2.cli ARGS`, forked from the module's zygote
-        return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout)
+    if not prefix:  # `python -m hipporag2.cli ARGS`, forked from the shared zygote
+        return cli_zygote.run(args, cwd=cwd, env=_env(), timeout=timeout)
     return subprocess.run([*prefix, *_cli_argv(args)], cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=timeout)
 

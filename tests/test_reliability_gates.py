@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from hipporag2.gates import GateError, check_fallback_rate, check_has_facts, check_openie_coverage
-from tests.cli_zygote import LazyZygote
+from tests import cli_zygote
 from tests.test_reliability_crash import write_tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,22 +25,12 @@ DEMO = REPO / "hipporag2" / "resources" / "demo"
 
 
 def _env() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-
-
-_ZYGOTE = LazyZygote(_env)  # the module's CLI runs are forked from it (tests/cli_zygote.py)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cli_zygote():
-    yield
-    _ZYGOTE.close()
+    return cli_zygote.child_env()  # the same import-time variables in every file: one zygote
 
 
 def _cli(args, cwd: Path, timeout: int = 600):
-    """`python -m hipporag2.cli ARGS` (forked from the module's zygote), output captured."""
-    return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout)
+    """`python -m hipporag2.cli ARGS` (forked from the shared zygote), output captured."""
+    return cli_zygote.run(args, cwd=cwd, env=_env(), timeout=timeout)
 
 
 def _need_smollm2():

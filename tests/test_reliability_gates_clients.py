@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -21,10 +20,9 @@ import pytest
 from hipporag2 import HippoRAG
 from hipporag2.gates import GateError
 from hipporag2.results import RunReport
-from tests.cli_zygote import LazyZygote
+from tests import cli_zygote
 from tests.test_reliability_crash import write_tiny_dataset
 
-REPO = Path(__file__).resolve().parent.parent
 MUSIQUE_OPENIE = Path("openie") / "musique_train_openie_gpt-3.5-turbo-1106.json"
 # SmolLM2 with one output token: the filter's reply never holds a fact, so every
 # query falls back to the dense ranking (as in test_reliability_gates.py).
@@ -38,22 +36,12 @@ def _need_smollm2():
 
 
 def _env() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-
-
-_ZYGOTE = LazyZygote(_env)  # the module's sweep runs are forked from it (tests/cli_zygote.py)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cli_zygote():
-    yield
-    _ZYGOTE.close()
+    return cli_zygote.child_env()  # the same import-time variables in every file: one zygote
 
 
 def _sweep(args, cwd: Path, timeout: int = 900):
-    """`python -m hipporag2.sweep ARGS` (forked from the module's zygote), output captured."""
-    return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout, module="hipporag2.sweep")
+    """`python -m hipporag2.sweep ARGS` (forked from the shared zygote), output captured."""
+    return cli_zygote.run(args, cwd=cwd, env=_env(), timeout=timeout, module="hipporag2.sweep")
 
 
 def _tiny(tmp_path: Path) -> list:

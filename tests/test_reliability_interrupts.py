@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.cli_zygote import LazyZygote
+from tests import cli_zygote
 from tests.test_reliability_crash import write_tiny_dataset
 
-REPO = Path(__file__).resolve().parent.parent
 # 40 passages: ~780 texts to embed (40 passages, ~380 phrases, ~355 facts, 20 queries),
 # so the signal (sent once the first 256-row phrase shard is on disk) always lands
 # with at least one encoder call of phrases and every fact call still to come.
@@ -39,27 +37,17 @@ pytestmark = pytest.mark.slow
 
 
 def _env() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-
-
-_ZYGOTE = LazyZygote(_env)  # the module's CLI runs are forked from it (tests/cli_zygote.py)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cli_zygote():
-    yield
-    _ZYGOTE.close()
+    return cli_zygote.child_env()  # the same import-time variables in every file: one zygote
 
 
 def _run(args, cwd: Path, timeout: int = 600):
-    """`python -m hipporag2.cli ARGS` (forked from the module's zygote), output captured."""
-    return _ZYGOTE.get().run(args, cwd=cwd, env=_env(), timeout=timeout)
+    """`python -m hipporag2.cli ARGS` (forked from the shared zygote), output captured."""
+    return cli_zygote.run(args, cwd=cwd, env=_env(), timeout=timeout)
 
 
 def _interrupt_when(args, cwd: Path, ready, signum: int, timeout: float = 300):
     """Start the command, send `signum` once `ready()` holds; (returncode, stdout, stderr)."""
-    child = _ZYGOTE.get().popen(args, cwd=cwd, env=_env())
+    child = cli_zygote.popen(args, cwd=cwd, env=_env())
     try:
         deadline = time.time() + timeout
         while time.time() < deadline and child.poll() is None and not ready():
