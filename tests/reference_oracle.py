@@ -117,7 +117,21 @@ def load(*modules: str, real: Iterable[str] = ()) -> Dict[str, types.ModuleType]
     with stand_ins(r for r in HEAVY if r not in set(real)), contextlib.redirect_stdout(io.StringIO()):
         for m in modules:
             out[m] = importlib.import_module(f"hipporag.{m}")
+    _stop_embedding_cache_server()
     return out
+
+
+def _stop_embedding_cache_server() -> None:
+    """The reference's `embedding_model/base.py` starts a `multiprocessing.Manager()` server
+    (its EmbeddingCache) when imported, forked from this process. No function the oracle
+    calls uses that cache, and a server forked from a process with threads can hang: at
+    the end of a one-process pytest run, multiprocessing then waits for it forever. So it
+    is shut down as soon as the import is done (each `load` imports afresh)."""
+    base = sys.modules.get("hipporag.embedding_model.base")
+    cache = getattr(base, "EmbeddingCache", None)
+    manager = getattr(cache, "_manager", None)
+    if manager is not None and getattr(manager, "_process", None) is not None and manager._process.is_alive():
+        manager.shutdown()
 
 
 def quiet():
