@@ -105,6 +105,18 @@ def test_explain_unknown_question_says_so(world):
         explain_question(open_run(run_dir, cfg), "nope")
 
 
+def test_explain_command_writes_text_and_picture(world, tmp_path, capsys):
+    """`hipporag2-explain RUN ID` end to end (its main was a NameError on every call once)."""
+    from hipporag2.analysis.explain_cli import main as explain_main
+
+    run_dir, _ = world["hipporag2"]
+    assert explain_main([str(run_dir), "q-director", "--out", str(tmp_path)]) == 0
+    assert "seed phrases" in (tmp_path / "q-director.txt").read_text()
+    assert (tmp_path / "q-director.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "picture:" in capsys.readouterr().out
+    assert explain_main([str(run_dir), "nope", "--out", str(tmp_path)]) == 2
+
+
 def test_compare_counts_and_order():
     a = {"q1": 1.0, "q2": 0.5, "q3": 0.0, "q4": 0.5}
     b = {"q1": 0.5, "q2": 0.5, "q3": 1.0, "q4": 0.0}
