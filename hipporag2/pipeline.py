@@ -11,7 +11,6 @@ from __future__ import annotations
 __all__ = [
     "run", "Timings", "LazyLLM", "Inputs", "load_inputs", "load_dataset", "dataset_paths", "get_openie", "get_index",
     "make_retriever", "count_fallbacks", "run_report", "llm_stage_stats", "llm_failures", "provenance", "input_files",
-    "write_json", "write_jsonl",
 ]
 
 import logging
@@ -31,7 +30,7 @@ from hipporag2.results import RunReport
 from hipporag2.files.run_files import RetrievalFile, retrieval_key, write_run
 from hipporag2.stages import (  # noqa: F401 (re-exported)
     Inputs, LazyLLM, Timings, count_fallbacks, dataset_paths, get_index, get_openie, input_files, llm_failures, llm_stage_stats,
-    load_dataset, load_inputs, make_retriever, provenance, run_report, write_json, write_jsonl,
+    load_dataset, load_inputs, make_retriever, provenance, run_report,
 )
 
 log = logging.getLogger("hipporag2")

@@ -14,7 +14,6 @@ from __future__ import annotations
 __all__ = [
     "Timings", "LazyLLM", "Inputs", "load_inputs", "load_dataset", "dataset_paths", "get_openie", "get_index",
     "make_retriever", "count_fallbacks", "run_report", "llm_stage_stats", "llm_failures", "provenance", "input_files",
-    "write_json", "write_jsonl",
 ]
 
 import json
@@ -28,7 +27,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from filelock import FileLock
 
-from hipporag2.files.atomicio import crash_point, write_json, write_jsonl  # noqa: F401 (write_*: re-exported)
+from hipporag2.files.atomicio import crash_point
 from hipporag2.config import Config, ConfigError
 from hipporag2.data.errors import DataError
 from hipporag2.data.inputs import check_input_paths

@@ -165,7 +165,8 @@ def run_sweep(cfg: Config, dampings: Sequence[float], weights: Sequence[float], 
     from hipporag2.files.redact import install_log_redaction, redact_obj
     from hipporag2.results import RunReport
     from hipporag2.files.run_files import write_results, write_run
-    from hipporag2.stages import run_report, write_json
+    from hipporag2.files.atomicio import write_json
+    from hipporag2.stages import run_report
 
     t_start = time.perf_counter()
     install_log_redaction(cfg.llm.api_key_env)
