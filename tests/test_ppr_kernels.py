@@ -172,8 +172,10 @@ PATH_CASES = path_cases()
 
 @pytest.mark.parametrize("case", sorted(PATH_CASES))
 def test_scipy_path_agrees_with_the_compiled_loops(case):
-    """The path is chosen by numba_min_nnz alone; both solve to within round-off of each
-    other and rank every node alike, for one damping (Chebyshev) and several (CG)."""
+    """The path is chosen by numba_min_nnz alone; both solve to within their error bound
+    (tol each, so 2 tol apart: one damping runs in mixed precision on the compiled loops,
+    in float64 on scipy's) and rank every node alike, for one damping (Chebyshev) and
+    several (CG)."""
     g = PATH_CASES[case]
     rng = np.random.default_rng(len(case))
     R = sp.random(37, g.vcount(), density=0.02, random_state=rng, format="csr")
@@ -188,5 +190,5 @@ def test_scipy_path_agrees_with_the_compiled_loops(case):
     for a, b in ((compiled.solve(R, 0.5), plain.solve(R, 0.5)),
                  (compiled.solve(R, 0.85, columns=slice(n0, None)), plain.solve(R, 0.85, columns=slice(n0, None))),
                  (compiled.solve_many(R, [0.85, 0.5, 0.3])[1], plain.solve_many(R, [0.85, 0.5, 0.3])[1])):
-        assert np.abs(a - b).sum(axis=1).max() <= 1e-12 * np.abs(a).sum(axis=1).max()
+        assert np.abs(a - b).sum(axis=1).max() <= 2 * compiled.tol * np.abs(a).sum(axis=1).max()
         assert all(rankings_agree(a[i], b[i]) for i in range(len(a)))

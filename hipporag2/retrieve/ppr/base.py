@@ -10,12 +10,9 @@ from hipporag2.retrieve.csr import Csr
 
 @runtime_checkable
 class PPRSolver(Protocol):
-    """A Personalized PageRank solver over one graph (`batched.py` holds the math).
-
-    Resets are rows of reset vectors (not necessarily normalised): CSR rows (a query's
-    few seeds fill them far more cheaply than dense ones; `csr.Csr` or scipy sparse) or
-    an array; NaN and negative entries count as 0, as the reference cleans them.
-    """
+    """A Personalized PageRank solver over one graph (`batched.py` holds the math). Resets: rows
+    of reset vectors, not necessarily normalised, as CSR rows (`csr.Csr` or scipy sparse: a
+    query's few seeds fill them cheaply) or an array; NaN and negatives count as 0, as in the reference."""
 
     # queries worth handing over per call: the retriever cuts its blocks into pieces of this
     batch_size: int
@@ -105,12 +102,8 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], resets: Csr) ->
 
 
 class OutputBuffer:
-    """One float64 allocation handed out again and again as the `out` of solver calls.
-
-    `view(shape)` is a C-contiguous array over the front of the allocation, which grows
-    only when a call needs more. A view is overwritten by the next call's: take what
-    you need from it first.
-    """
+    """One float64 allocation handed out again and again as the `out` of solver calls: `view(shape)`
+    is the front of it (grown when a call needs more), overwritten by the next call's view."""
 
     def __init__(self) -> None:
         self._flat = np.empty(0)

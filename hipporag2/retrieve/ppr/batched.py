@@ -4,23 +4,14 @@ from __future__ import annotations
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from hipporag2.retrieve.csr import Csr
 from hipporag2.retrieve.ppr.base import as_csr, check_damping, clean_row_sums, column_range, output_array
-from hipporag2.retrieve.ppr.prepare import (
-    PreparedGraph,
-    default_block_size,
-    default_threads,
-    edge_arrays,
-    prepare_graph,
-    spectral_interval,
-)
-
-if TYPE_CHECKING:
-    import igraph as ig
+from hipporag2.retrieve.ppr.prepare import (PreparedGraph, default_block_size, default_threads, edge_arrays,
+                                            prepare_graph, spectral_interval)
 
 TOL = 1e-11  # L1 error per answer: a thousand times tighter than the 1e-8 promised against prpack
 # S's stored entries from which a solver runs the compiled loops of `kernels.py`; below, `_ScipyLoops`
@@ -28,6 +19,9 @@ TOL = 1e-11  # L1 error per answer: a thousand times tighter than the 1e-8 promi
 # first kernel load) costs a process more CPU than the compiled loops save on a graph of the shared
 # set's size (85k entries; results/perf/README.md, round 6). Chosen once per solver, never mid-run.
 NUMBA_MIN_NNZ, SCIPY_BLOCK_SIZE = 200_000, 16
+# a float32 round of `_refine` aims at most this far below its right-hand side (its steps stall near
+# float32's 6e-8: results/perf/README.md, round 9), in at most F32_ROUNDS rounds
+F32_REACH, F32_ROUNDS = 1e6, 4
 
 
 class _ScipyLoops:
@@ -104,7 +98,7 @@ class BatchedSolver:
     damping (`solve`), multi-shift CG for several (`solve_many`), one block of
     `block_size` queries per thread, on the compiled loops of `kernels.py` (`_ScipyLoops` below NUMBA_MIN_NNZ)."""
 
-    def __init__(self, graph: ig.Graph, block_size: int = 32, tol: float = TOL, n_threads: int | None = None,
+    def __init__(self, graph: "igraph.Graph", block_size: int = 32, tol: float = TOL, n_threads: int | None = None,
                  max_iter: int = 10_000, numba_min_nnz: int = NUMBA_MIN_NNZ):
         # like PrpackSolver (directed=False), a directed graph is read as undirected
         prep = prepare_graph(graph.vcount(), *edge_arrays(graph), block_size)
@@ -138,12 +132,12 @@ class BatchedSolver:
         self.pos, self.sqrt_deg, self.active = prep.pos, prep.sqrt_deg, prep.active
         self._dangling = prep.pos >= prep.n_active  # nodes without edges
         self.panels, self.components = prep.panels, prep.components()
-        self._comp_of, self._comp_val = prep.comp_of, prep.comp_val
         self._spare: list[_Workspace] = []  # block workspaces, one per thread at most
         self._lock = threading.Lock()
+        self._data32 = None  # S's panel values in float32, for `_refine` on the compiled loops
         if prep.S.nnz >= numba_min_nnz:
             from hipporag2.retrieve.ppr import kernels  # numba's start-up, paid only here
-            self._K = kernels
+            self._K, self._data32 = kernels, prep.panels.data.astype(np.float32)
         else:
             self._K, self.block_size = _ScipyLoops(prep.S), min(self.block_size, SCIPY_BLOCK_SIZE)
 
@@ -235,8 +229,8 @@ class BatchedSolver:
         closed form ((I - d S) v = (1 - d) v); the rest of the spectrum lies in [lo, hi]
         (`interval`, Lanczos once per graph) and fills it on these graphs, where CG
         cannot beat the Chebyshev polynomials of that interval. So one damping runs
-        Chebyshev (`_chebyshev`: known coefficients, each step one fused pass); several
-        share one Krylov space by multi-shift CG (`_mscg`).
+        Chebyshev (`_chebyshev`: known coefficients, each step one fused pass; float32 rounds
+        on the compiled loops, `_refine`); several share one Krylov space by multi-shift CG (`_mscg`).
 
         Stopping rule: the y-residual is rho = u + d A y - y = D^1/2 r and ||A||_1 <= 1,
         so y's error is at most ||rho||_1 / (1 - d); the answer is the iterate plus one
@@ -293,13 +287,15 @@ class BatchedSolver:
         and the steps run out, `_polish` finishes. Column k is done at ||D^1/2 r||_1 <= limit[k]."""
         b, x, x_prev, r = ws.b, ws.x, ws.x_prev, ws.r  # r: scratch before and after the steps (no temporaries)
         beta = self.components.T @ b
-        b -= np.multiply(self._comp_val[:, None], np.take(beta, self._comp_of, axis=0, out=r), out=r)  # V beta
+        b -= self.components @ beta  # one entry per row: the same bits as comp_val * beta[comp_of], in one pass
         lo, hi = self.interval()
         a, c = 1.0 - d * hi, 1.0 - d * lo
         gamma, sigma = 2.0 / (a + c), (c - a) / (c + a)
         l1 = self.sqrt_deg @ np.abs(b, out=r)  # _l1(b), r as scratch
         if np.all(l1 <= limit):
             np.copyto(x, b)  # x0 = 0, so x0 + r0 = b
+        elif self._data32 is not None:
+            x = self._refine(ws, d, gamma, sigma, l1, limit)
         else:
             np.multiply(b, gamma, out=x)  # x0 = 0 makes the first step free: x1 = gamma b
             x_prev.fill(0.0)
@@ -316,8 +312,46 @@ class BatchedSolver:
                 omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
             else:
                 x = self._polish(x, b, d, limit)
-        x += np.multiply(self._comp_val[:, None], np.take(beta / (1.0 - d), self._comp_of, axis=0, out=r), out=r)
+        x += self.components @ (beta / (1.0 - d))
         return x
+
+    def _refine(self, ws: _Workspace, d: float, gamma: float, sigma: float, l1: np.ndarray,
+                limit: np.ndarray) -> np.ndarray:
+        """`_chebyshev` in mixed precision (compiled loops): rounds of float32 Chebyshev steps
+        (half the gathered bytes) for M e = r, the float64 residual; z += e and r -= M e in
+        float64. It stops by `_chebyshev`'s rule on that r, with the answer z + r; a round
+        that does not cut r tenfold (float32 stalled, a wrong interval) leaves the rest to
+        `_polish`. ws.b is r, ws.x z; the other two hold four float32 arrays, then e, M e."""
+        r, z, n, m = ws.b, ws.x, *ws.b.shape
+        z.fill(0.0)
+        x32, xp32 = ws.x_prev.reshape(-1).view(np.float32).reshape(2, n, m)
+        b32, r32 = ws.r.reshape(-1).view(np.float32).reshape(2, n, m)
+        p, scratch, f32 = self.panels, np.empty(m), np.float32
+        for _round in range(F32_ROUNDS):
+            need = float((l1 / limit).max())
+            np.copyto(b32, r, casting="same_kind")
+            np.multiply(b32, f32(gamma), out=x32)
+            xp32.fill(0.0)
+            omega = 1.0 / (1.0 - sigma * sigma / 2.0)
+            for _ in range(chebyshev_steps(sigma, min(need, F32_REACH))):
+                self._K.chebyshev_step(p.indptr, p.indices, self._data32, f32(d), x32, xp32, b32, self.sqrt_deg,
+                                       f32(gamma), f32(omega), r32, scratch)
+                x32, xp32 = xp32, x32
+                omega = 1.0 / (1.0 - omega * sigma * sigma / 4.0)
+            e = z if _round == 0 else ws.r  # z = e in the first round; later e where b32 and r32 were
+            np.copyto(e, x32)
+            if _round:
+                z += e
+            Me = self._product(e, d, out=ws.x_prev)  # x32 and xp32 are done with
+            r -= Me
+            l1 = self.sqrt_deg @ np.abs(r, out=Me)
+            if np.all(l1 <= limit):
+                z += r
+                return z
+            if not float((l1 / limit).max()) <= 0.1 * need:  # NaN too
+                break
+        z += self._polish(np.zeros_like(r), r, d, limit)
+        return z
 
     def _polish(self, z: np.ndarray, b: np.ndarray, d: float, limit: np.ndarray) -> np.ndarray:
         """Check the bound with the true residual: the power step z + (b - M z) where it
@@ -336,15 +370,11 @@ class BatchedSolver:
         return z
 
     def _mscg(self, b: np.ndarray, ds: list[float]) -> list[np.ndarray]:
-        """z with (I - d S) z = b for every d in ds (descending), in one Krylov space.
-
-        CG runs on the seed system M = I - d0 S, d0 = max(ds); the other dampings are
-        shifted systems (M + delta I) w = b, delta = d0/d - 1 >= 0, z = w d0/d, whose
-        residuals stay collinear with the seed's (r_k = zeta_k r), so they ride along
-        with a few vector updates each and no extra product (multi-shift CG, Jegerlehner
-        1996); ||D^1/2 r_k||_1 = |zeta_k| ||D^1/2 r||_1 gives each its stopping rule. A
-        damping whose columns are all done stops being updated; columns done for every
-        damping leave the block.
+        """z with (I - d S) z = b for every d in ds (descending), in one Krylov space: CG on
+        M = I - d0 S, d0 = max(ds); each other damping is a shifted system (M + delta I) w = b,
+        delta = d0/d - 1, z = w d0/d, whose residual stays collinear with the seed's
+        (r_k = zeta_k r), so it rides along without a product (multi-shift CG, Jegerlehner
+        1996) and |zeta_k| ||D^1/2 r||_1 is its stopping rule. Done columns leave the block.
         """
         d0 = ds[0]
         K_ = len(ds)

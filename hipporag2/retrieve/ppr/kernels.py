@@ -1,18 +1,13 @@
 """The compiled loops of the batched solver on graphs of NUMBA_MIN_NNZ entries and more (`batched.py`):
 S times a block, a fused Chebyshev step, the passes into and out of the block.
 
-The products walk S stored in column panels (`prepare.Panels`). A product gathers one
-row of the dense block per nonzero, and those gathers miss the cache and set the cost.
-Splitting S by column ranges keeps the rows gathered by one pass over a panel within a
-few MB, so they stay cached, while the output rows are visited once per panel in
-order. Each gather still waits on memory, so the loop prefetches the row it will
-gather `PREFETCH_AHEAD` nonzeros later; the row sum (`_panel_row_into`) is LLVM IR
-(results/perf/ppr_step_round4.md). The functions release the GIL: one block per thread.
-
-The Chebyshev step does its vector work inside the product's last panel, row by row,
-while the row is in cache: the residual, its weighted L1 norm and the next iterate
-cost no extra pass over the block. That is what conjugate gradients cannot do (its
-step lengths need dot products over the whole block first).
+A product gathers one row of the dense block per nonzero, and those gathers set its cost.
+S is walked in column panels (`prepare.Panels`) so that the rows one panel gathers stay
+cached, and the row `PREFETCH_AHEAD` nonzeros on is prefetched; the row sum is LLVM IR
+(results/perf/ppr_step_round4.md). The Chebyshev step does its vector work inside the
+last panel, row by row while the row is in cache, which conjugate gradients cannot do
+(its step lengths need dot products over the whole block first). The functions release
+the GIL: one block per thread; they run in float64, or float32 for `_refine`'s rounds.
 """
 from __future__ import annotations
 
@@ -29,16 +24,12 @@ REGISTER_WIDTHS = (8, 16, 32)
 
 @intrinsic
 def _panel_row_into(typingctx, indptr, indices, data, x, p, i, out, o, load):
-    """out[o] = (out[o] if load else 0) + sum over row i of panel p of S of data[jj] x[indices[jj]]:
-    the gather every pass is made of, with a prefetch of the row PREFETCH_AHEAD nonzeros on.
+    """out[o] = (out[o] if load else 0) + sum over row i of panel p of S of data[jj] x[indices[jj]],
+    prefetching the row PREFETCH_AHEAD nonzeros on. x and out: of data's dtype and width.
 
-    numba's loop `acc[i, k] += v * x[j, k]` over a runtime width loads and stores acc's
-    row for every nonzero (it cannot prove acc and x apart), and LLVM does not turn 32
-    scalar accumulators into vectors. So for a width in REGISTER_WIDTHS the row of sums
-    stays in 256-bit registers, and a nonzero costs a broadcast of its value and, per
-    register, a load of x's row, a multiply and an add; other widths (or layouts other
-    than C-contiguous) sum into out's row in memory, in the same order, so with the same
-    bits. x and out: of data's dtype, x's width is out's.
+    numba's `acc[i, k] += v * x[j, k]` loads and stores acc's row per nonzero (it cannot
+    prove acc and x apart), so for a width in REGISTER_WIDTHS the sums stay in 256-bit
+    registers; other widths or layouts sum in memory, in the same order (the same bits).
     """
     if not all(isinstance(a, types.Array) for a in (indptr, indices, data, x, out)):
         return None
@@ -173,12 +164,8 @@ def shifted_product(indptr, indices, data, d, x, out):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def chebyshev_step(indptr, indices, data, d, x, x_prev, b, weight, gamma, omega, r, l1):
-    """One Chebyshev step for (I - d S) x = b, fused with its product.
-
-    Reads x (the current iterate) and x_prev; leaves in r the residual
-    b - (x - d S x) of x, in l1[k] the weighted L1 norm sum_i weight_i |r_ik| of each
-    column, and in x_prev the next iterate omega (x + gamma r - x_prev) + x_prev.
-    """
+    """One Chebyshev step for (I - d S) x = b, fused with its product: r = b - (x - d S x),
+    l1[k] = sum_i weight_i |r_ik|, and x_prev becomes the next iterate omega (x + gamma r - x_prev) + x_prev."""
     n, m = x.shape
     n_panels = indptr.shape[0]
     for k in range(m):

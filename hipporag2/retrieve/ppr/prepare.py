@@ -164,12 +164,9 @@ def component_vectors(S: Csr, sqrt_deg: np.ndarray) -> Csr:
 
 
 def spectral_interval(S: Csr, V: Csr, margin: float = 1e-3) -> tuple[float, float]:
-    """[lo, hi] holding every eigenvalue of S on the complement of V's columns.
-
-    Lanczos (ARPACK) finds the extremes from inside, so they are widened by `margin`;
-    if it does not converge, [-1, 1] (always true for S). A too narrow interval only
-    slows the Chebyshev iteration down; the solver's stopping rule checks true residuals.
-    """
+    """[lo, hi] holding every eigenvalue of S on the complement of V's columns: Lanczos (ARPACK)
+    finds the extremes from inside, so they are widened by `margin`; [-1, 1] if it does not
+    converge. A too narrow interval only slows the solver, whose stopping rule checks true residuals."""
     from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
     n, S, V = S.shape[0], S.to_scipy(), V.to_scipy()

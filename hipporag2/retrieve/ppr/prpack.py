@@ -55,11 +55,8 @@ class PrpackSolver:
         dangling = clean_row_sums(R, degree <= 0)
         for i in range(R.shape[0]):
             u = R.toarray(slice(i, i + 1))[0]
-            for k, d in enumerate(ds):
-                if sums[i] <= 0:
-                    out[k, i] = 0.0
-                else:
-                    out[k, i] = self._one(u, d) * ppr_mass(d, dangling[i] / sums[i]) * sums[i]
+            for k, d in enumerate(ds):  # a zero reset gives y = 0
+                out[k, i] = self._one(u, d) * ppr_mass(d, dangling[i] / sums[i]) * sums[i] if sums[i] > 0 else 0.0
         return out
 
     def release(self) -> None:

@@ -6,6 +6,7 @@ files do not match its manifest is removed and prepared again (with a warning)."
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from hipporag2.files.atomicio import fsync_dir, sha256_file
+from hipporag2.files.atomicio import fsync_dir, sha256_file, write_bytes, write_json
 from hipporag2.retrieve.csr import Csr
 from hipporag2.retrieve.ppr.prepare import PANEL_BYTES, Panels, PreparedGraph, prepare_graph, spectral_interval
 
@@ -51,19 +52,12 @@ def save_prepared(prep: PreparedGraph, folder: Path | str) -> None:
                    for a in ("indptr", "indices", "data")})
     files = {}
     for name in ARRAYS:
-        path = tmp / f"{name}.npy"
-        with open(path, "wb") as f:
-            np.save(f, np.ascontiguousarray(arrays[name]))
-            f.flush()
-            os.fsync(f.fileno())
-        files[name] = sha256_file(path)
-    meta = {"format": FORMAT, "n": prep.n, "block_size": prep.block_size, "n_active": prep.n_active,
-            "n_comp": prep.n_comp, "interval": list(prep.interval) if prep.interval else None, "sha256": files}
-    with open(tmp / "manifest.json", "w") as f:
-        json.dump(meta, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_dir(tmp)
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(arrays[name]))
+        write_bytes(tmp / f"{name}.npy", buf.getvalue(), "prepared PPR graph")
+        files[name] = hashlib.sha256(buf.getvalue()).hexdigest()
+    write_json(tmp / "manifest.json", {"format": FORMAT, "n": prep.n, "block_size": prep.block_size, "n_active": prep.n_active,
+               "n_comp": prep.n_comp, "interval": list(prep.interval) if prep.interval else None, "sha256": files}, indent=1)
     try:
         os.replace(tmp, folder)  # fails if another process got there first: theirs is the same
     except OSError:
