@@ -188,7 +188,7 @@ def near_tie_agree(ref, ours) -> tuple[bool, bool]:
     return False, ok
 
 
-def child_query(folder: str, n_queries: int, ref_every: int, scale: float) -> dict:
+def child_query(folder: str, n_queries: int, ref_every: int, scale: float, ppr_tol: float | None = None) -> dict:
     from benchmarks.synthetic_graph import make_graph, make_queries
     from benchmarks.synthetic_index import QueryVectors, synthetic_queries
     from hipporag2.config import RetrievalConfig
@@ -208,7 +208,8 @@ def child_query(folder: str, n_queries: int, ref_every: int, scale: float) -> di
     lines = RetrievalLines(corpus)  # once per corpus, as a run's write makes it once
     setup = {}
     t = time.perf_counter()
-    ours = GraphRetriever(index, store, RetrievalConfig(ppr_solver="batched"), progress=False)
+    tol = {} if ppr_tol is None else {"ppr_tol": ppr_tol}
+    ours = GraphRetriever(index, store, RetrievalConfig(ppr_solver="batched", **tol), progress=False)
     setup["batched"] = time.perf_counter() - t
     t = time.perf_counter()
     ref = GraphRetriever(index, store, RetrievalConfig(ppr_solver="prpack"), progress=False)
@@ -334,7 +335,7 @@ def main(argv=None) -> int:
         if kind == "build":
             res = child_build(float(rest[0]), rest[1])
         elif kind == "query":
-            res = child_query(rest[0], int(rest[1]), int(rest[2]), float(rest[3]))
+            res = child_query(rest[0], int(rest[1]), int(rest[2]), float(rest[3]), float(rest[4]) if rest[4:] else None)
         elif kind == "baseline":
             res = child_baseline()
         else:
@@ -349,6 +350,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", default="1", help="query and memory runs per scale (one build each); one value or one per scale")
     ap.add_argument("--parts", default="build,query,memory", help="which children to run (build is reused from --keep)")
     ap.add_argument("--keep", default=None, help="folder keeping each scale's built index (and its build report) between runs")
+    ap.add_argument("--ppr-tol", type=float, default=None,
+                    help="the batched solver's retrieval.ppr_tol (default: the config's; prpack's own is 1e-10)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     cmd = "python -m benchmarks.bench_query " + " ".join(shlex.quote(a) for a in argv)
@@ -388,7 +391,8 @@ def main(argv=None) -> int:
             for rep in range(reps):
                 if "query" in parts:
                     print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: query {rep + 1}", file=sys.stderr, flush=True)
-                    queries.append(in_child("query", folder, args.queries, every, scale))
+                    tol = [] if args.ppr_tol is None else [args.ppr_tol]
+                    queries.append(in_child("query", folder, args.queries, every, scale, *tol))
                 if "memory" in parts:
                     print(f"[{time.strftime('%H:%M:%S')}] scale {scale}: memory {rep + 1}", file=sys.stderr, flush=True)
                     m = in_child("memory", folder, args.queries)
