@@ -56,8 +56,9 @@ def save_prepared(prep: PreparedGraph, folder: Path | str) -> None:
         np.save(buf, np.ascontiguousarray(arrays[name]))
         write_bytes(tmp / f"{name}.npy", buf.getvalue(), "prepared PPR graph")
         files[name] = hashlib.sha256(buf.getvalue()).hexdigest()
-    write_json(tmp / "manifest.json", {"format": FORMAT, "n": prep.n, "block_size": prep.block_size, "n_active": prep.n_active,
-               "n_comp": prep.n_comp, "interval": list(prep.interval) if prep.interval else None, "sha256": files}, indent=1)
+    meta = {"format": FORMAT, "n": prep.n, "block_size": prep.block_size, "n_active": prep.n_active,
+            "n_comp": prep.n_comp, "interval": list(prep.interval) if prep.interval else None, "sha256": files}
+    write_json(tmp / "manifest.json", meta, indent=1)
     try:
         os.replace(tmp, folder)  # fails if another process got there first: theirs is the same
     except OSError:
