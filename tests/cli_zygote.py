@@ -299,11 +299,13 @@ def unreaped_cpu_s() -> float:
     return sum(z.cpu_s for z in _SHARED.values())
 
 
-def _count_in_cputime_plugin() -> None:
-    plugin = sys.modules.get("benchmarks.pytest_cputime")  # loaded by `-p benchmarks.pytest_cputime`
+def count_in_cputime_plugin(unreaped) -> None:
+    """Have benchmarks/pytest_cputime (when loaded with `-p`) add `unreaped()`, the CPU
+    of live children that RUSAGE_CHILDREN does not hold yet, to every test's reading."""
+    plugin = sys.modules.get("benchmarks.pytest_cputime")
     extra = getattr(plugin, "EXTRA_CPU", None)
-    if extra is not None and unreaped_cpu_s not in extra:
-        extra.append(unreaped_cpu_s)
+    if extra is not None and unreaped not in extra:
+        extra.append(unreaped)
 
 
 def shared_zygote(env: Dict[str, str]) -> CliZygote:
@@ -313,7 +315,7 @@ def shared_zygote(env: Dict[str, str]) -> CliZygote:
     if zygote is None or not zygote.alive():
         if zygote is not None:
             zygote.cpu_s = 0.0  # it ended (and was reaped by alive()): its CPU is in RUSAGE_CHILDREN
-        _count_in_cputime_plugin()
+        count_in_cputime_plugin(unreaped_cpu_s)
         zygote = _SHARED[key] = CliZygote(env)
     return zygote
 

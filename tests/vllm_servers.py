@@ -14,7 +14,6 @@ import resource
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
+
+from tests.cli_zygote import count_in_cputime_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = Path(os.environ.get("HIPPORAG2_VLLM_VENV", REPO / ".venv-vllm"))
@@ -86,12 +87,6 @@ def unreaped_cpu_s() -> float:
     return sum(s.unreaped_s() for s in _LIVE)
 
 
-def _count_in_cputime_plugin() -> None:
-    extra = getattr(sys.modules.get("benchmarks.pytest_cputime"), "EXTRA_CPU", None)
-    if extra is not None and unreaped_cpu_s not in extra:
-        extra.append(unreaped_cpu_s)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,7 +132,7 @@ class VLLMServer:
         cmd = [str(VLLM_BIN / "python"), "-m", "vllm.entrypoints.openai.api_server", *self.args,
                "--host", "127.0.0.1", "--port", str(self.port)]
         t0 = time.perf_counter()
-        _count_in_cputime_plugin()
+        count_in_cputime_plugin(unreaped_cpu_s)
         if not any(s is self for s in _LIVE):
             _LIVE.append(self)
         with open(self.log, "ab") as out:
