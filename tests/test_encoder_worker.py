@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -109,12 +110,27 @@ def test_gte_qwen2_preset_through_the_worker_with_minilm_standing_in():
         queries, passages = worker.encode(texts, instruction), worker.encode(texts)
     finally:
         worker.close()
+    assert not worker.log_path.exists()  # a clean stop leaves no log behind
     local = build_encoder(preset("minilm"))
     want_q = local.encode(prompts.sent_texts(cfg, texts, instruction))  # the instruction in front
     want_p = local.encode(texts)
     assert float((1 - np.sum(queries * want_q, axis=1)).max()) < 1e-5
     assert float((1 - np.sum(passages * want_p, axis=1)).max()) < 1e-5
     assert float(np.sum(queries[0] * passages[0])) < 0.999  # the instruction was applied
+
+
+def test_a_worker_that_fails_keeps_the_log_its_error_names(tmp_path):
+    require_encoders_env()
+    from hipporag2.embed.encoders import build_encoder
+
+    missing = tmp_path / "no_such_model"
+    cfg = preset("gte_qwen2_7b", f"embedding.model='{missing}'", "embedding.device=cpu", "embedding.dtype=float32")
+    with pytest.raises(EncoderError) as caught:
+        build_encoder(cfg)
+    log = caught.value.args[0].rsplit("log: ", 1)[-1].rstrip(")")
+    assert log.startswith(tempfile.gettempdir()) and log.endswith(".log"), caught.value
+    assert Path(log).is_file()  # kept after the worker stopped, for the user to read
+    Path(log).unlink()
 
 
 def test_demo_run_through_the_worker_ranks_as_in_process(tmp_path):

@@ -6,9 +6,11 @@ valid result or a DataError, never another exception.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -301,6 +303,7 @@ program_like = maybe(st.fixed_dictionaries({"prog": predictor}, optional={"metad
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _TMP = Path(tempfile.mkdtemp(prefix="hipporag2-fuzz-"))
+atexit.register(shutil.rmtree, _TMP, True)  # made in every process that collects this file
 
 
 def _dump(obj) -> Path:

@@ -7,7 +7,8 @@ transformers 4.4x (NV-Embed-v2 imports names transformers 5 removed; GTE-Qwen2's
 setup-encoders` with the versions the preset's `requires` pins), which runs
 `model_worker.py` as a plain script, so this process never imports their code or
 those versions. The worker is started on the first text to encode and stopped with
-this process; its stderr (model loading, warnings) goes to a log file named in errors.
+this process; its stderr (model loading, warnings) goes to a log file named in errors
+and removed when the worker stops cleanly.
 
 `check_environment` runs before any work (the CLI's start-up checks, and when a store
 is opened): the environment exists and holds every pinned version, and a model with
@@ -73,6 +74,7 @@ class WorkerEncoder(Encoder):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.versions = check_environment(cfg)
+        self.failed = False  # an error named the log: it stays
         fd, name = tempfile.mkstemp(prefix=f"hipporag2-encoder-{cfg.name}-", suffix=".log")
         os.close(fd)
         self.log_path = Path(name)
@@ -82,7 +84,11 @@ class WorkerEncoder(Encoder):
             self.proc = subprocess.Popen([str(env_python(cfg)), str(WORKER_SCRIPT)], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, text=True, env=env, bufsize=1)
         log.info("encoder worker %s (pid %d) in %s; log %s", cfg.name, self.proc.pid, env_dir(cfg), self.log_path)
-        self._call({"op": "load", "spec": model_spec(cfg)})
+        try:
+            self._call({"op": "load", "spec": model_spec(cfg)})
+        except EncoderError:
+            self.close()  # the worker would otherwise wait for this object's collection
+            raise
 
     def _call(self, req: Dict[str, object]) -> Dict[str, object]:
         try:
@@ -92,11 +98,13 @@ class WorkerEncoder(Encoder):
         except (BrokenPipeError, OSError):
             line = ""
         if not line:
+            self.failed = True
             code = self.proc.poll()
             raise EncoderError(f"the encoder worker of embedding={self.cfg.name} exited ({code}); "
                                f"its log: {self.log_path}")
         reply = json.loads(line)
         if not reply.get("ok"):
+            self.failed = True
             raise EncoderError(f"the encoder worker of embedding={self.cfg.name}: {reply.get('error')} "
                                f"(log: {self.log_path})")
         return reply
@@ -115,6 +123,8 @@ class WorkerEncoder(Encoder):
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
                 proc.wait(timeout=10)
+        if proc is not None and proc.returncode == 0 and not self.failed:
+            self.log_path.unlink(missing_ok=True)  # errors name the log; a clean stop needs none
 
     def __del__(self):
         self.close()
