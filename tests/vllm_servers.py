@@ -42,11 +42,16 @@ def require_vllm_env() -> None:
 
 def engine_env(core: Optional[int] = None) -> Dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # 1 GiB: vLLM's CPU default is larger
+    # 1 GiB of KV cache (~23k tokens of SmolLM2 in float32): vLLM's CPU default is larger.
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if core is not None:
+        # The engine's one OpenMP thread on this core (vLLM's "auto" puts every engine's
+        # worker on the first core, so two engines would share it).
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))
-    # numba keeps its cache beside the sources, which both environments share; vllm-cpu
-    # pins another numba (see tests/test_vllm_engine.py).
+    # numba keeps its on-disk cache beside the sources (hipporag2/**/__pycache__), which
+    # both environments share (editable installs). vllm-cpu pins another numba, and numba
+    # drops a cache index written by another version: without a folder of its own, every
+    # engine run would recompile the kernels and leave the main .venv to recompile them too.
     env.setdefault("NUMBA_CACHE_DIR", str(VLLM_VENV / "numba_cache"))
     env.pop("PYTHONPATH", None)
     return env
