@@ -39,25 +39,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def _vllm_sockets_in_a_folder_of_this_process() -> None:
-    """vLLM names its engine's ZMQ sockets `$VLLM_RPC_BASE_PATH/<uuid>` (default: the
-    system's temporary folder) and leaves them there when the engine stops, a few dozen
-    per suite run. The engines the tests start inherit this process's environment, so
-    their sockets go into a folder of this process, removed when it exits."""
-    if "VLLM_RPC_BASE_PATH" in os.environ:
-        return
-    import atexit
-    import shutil
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="hipporag2-vllm-ipc-")
-    os.environ["VLLM_RPC_BASE_PATH"] = folder
-    atexit.register(shutil.rmtree, folder, True)
-
-
-_vllm_sockets_in_a_folder_of_this_process()
-
-
 def worker_threads() -> int:
     """OpenMP/BLAS threads for one test process: its share of the cores.
 

@@ -9,11 +9,15 @@ subcommand runs is started directly, with the same flags.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,8 +44,19 @@ def require_vllm_env() -> None:
     pytest.skip(msg)
 
 
+@functools.lru_cache(maxsize=None)
+def engine_tmpdir() -> str:
+    """The temporary folder of the engines this test process starts, removed when it
+    exits: vLLM leaves its engine's ZMQ sockets (`<uuid>`) and distributed-init files
+    (`vllm_dist_<hex>`) in the temporary folder when the engine stops, dozens per suite
+    run. (Every engine here is eager, so no torch.compile cache lives there.)"""
+    folder = tempfile.mkdtemp(prefix="hipporag2-vllm-tmp-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def engine_env(core: Optional[int] = None) -> Dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TMPDIR=engine_tmpdir())
     # 1 GiB of KV cache (~23k tokens of SmolLM2 in float32): vLLM's CPU default is larger.
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if core is not None:
